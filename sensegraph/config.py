@@ -1,0 +1,272 @@
+"""The one settings model: settings.yaml + ${VAR} + .env + SENSEGRAPH_* overrides.
+
+Precedence, lowest first: defaults in this file, settings.yaml, SENSEGRAPH_SECTION__KEY
+environment variables. `${VAR}` inside settings.yaml is filled from the environment, then from
+`.env` beside settings.yaml (the real environment wins, so CI can override a developer's .env).
+Every problem is reported before any work starts, naming the key and what is allowed.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from dotenv import dotenv_values
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ENV_PREFIX = "SENSEGRAPH_"
+SETTINGS_FILE = "settings.yaml"
+
+
+class SettingsError(ValueError):
+    """A setting is missing or wrong; the message says which key and what is allowed."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSettings(_Section):
+    """One model endpoint: the embedded default (`local`) or any OpenAI-compatible server."""
+
+    provider: Literal["local", "openai"] = "local"
+    model: str = ""
+    base_url: str | None = None
+    api_key: str | None = None
+    # Azure OpenAI: set api_version (and base_url = https://NAME.openai.azure.com); `model` is
+    # the deployment name.
+    api_version: str | None = None
+    concurrency: int = Field(4, ge=1, le=1024)
+    requests_per_minute: int = Field(0, ge=0, description="0 = no limit")
+    tokens_per_minute: int = Field(0, ge=0, description="0 = no limit")
+    max_retries: int = Field(6, ge=0, le=50)
+    retry_base_seconds: float = Field(1.0, ge=0, description="first back-off delay; doubles each retry")
+    timeout: float = Field(300.0, gt=0, description="seconds per request")
+    price_per_1k_prompt: float = Field(0.0, ge=0)
+    price_per_1k_completion: float = Field(0.0, ge=0)
+
+
+class ChatSettings(ModelSettings):
+    temperature: float = Field(0.0, ge=0, le=2)
+    # auto: try json_schema, fall back to JSON mode + repair if the server refuses it.
+    structured_output: Literal["auto", "json_schema", "json_mode"] = "auto"
+
+
+class EmbeddingSettings(ModelSettings):
+    batch_size: int = Field(32, ge=1, le=2048)
+    dimensions: int | None = Field(None, ge=1)
+
+
+class LocalModelSettings(_Section):
+    """The embedded llama.cpp server used when chat.provider is `local`."""
+
+    size: Literal["1.5b", "0.5b"] = "1.5b"
+    threads: int = Field(0, ge=0, description="0 = all cores")
+    parallel: int = Field(2, ge=1, le=64, description="server slots (requests decoded together)")
+    context_per_slot: int = Field(4096, ge=512)
+    model_dir: str | None = None  # default: $XDG_CACHE_HOME/sensegraph/models
+
+
+class CacheSettings(_Section):
+    enabled: bool = True
+    dir: str = "cache"
+
+
+class InputSettings(_Section):
+    dir: str = "input"
+    file_types: list[str] = Field(default_factory=lambda: ["txt", "md", "csv", "json", "jsonl"])
+    text_field: str = "text"
+    title_field: str | None = "title"
+    metadata_fields: list[str] = Field(default_factory=list)
+    encoding: str = "auto"
+
+
+class ChunkSettings(_Section):
+    size: int = Field(600, ge=16)
+    overlap: int = Field(100, ge=0)
+
+    @model_validator(mode="after")
+    def _overlap_smaller(self) -> "ChunkSettings":
+        if self.overlap >= self.size:
+            raise ValueError(f"overlap ({self.overlap}) must be smaller than size ({self.size})")
+        return self
+
+
+class ExtractionSettings(_Section):
+    entity_types: list[str] = Field(
+        default_factory=lambda: ["organization", "person", "geo", "event"], min_length=1
+    )
+    max_gleanings: int = Field(1, ge=0, le=10)
+    max_tokens: int = Field(1500, ge=64)
+    claims: bool = False
+    claim_description: str = "Any claims or facts that could be relevant to information discovery."
+
+
+class SummarizeSettings(_Section):
+    max_input_tokens: int = Field(4000, ge=200)
+    max_tokens: int = Field(300, ge=32)
+
+
+class CommunitySettings(_Section):
+    max_cluster_size: int = Field(10, ge=2)
+    seed: int = 0xDEADBEEF
+
+
+class ReportSettings(_Section):
+    max_input_tokens: int = Field(6000, ge=500)
+    max_tokens: int = Field(1500, ge=200)
+
+
+class Settings(_Section):
+    chat: ChatSettings = Field(default_factory=ChatSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    local: LocalModelSettings = Field(default_factory=LocalModelSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    input: InputSettings = Field(default_factory=InputSettings)
+    chunks: ChunkSettings = Field(default_factory=ChunkSettings)
+    extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
+    summarize: SummarizeSettings = Field(default_factory=SummarizeSettings)
+    communities: CommunitySettings = Field(default_factory=CommunitySettings)
+    reports: ReportSettings = Field(default_factory=ReportSettings)
+    language: Literal["auto", "en", "zh"] = "auto"
+    output_dir: str = "output"
+    # Set by load_settings, not by the user: the project folder every relative path hangs off.
+    root: str = "."
+
+    def path(self, relative: str) -> Path:
+        """Resolve a folder named in the settings against the project root."""
+        p = Path(os.path.expanduser(relative))
+        return p if p.is_absolute() else Path(self.root) / p
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _expand(value: Any, env: dict[str, str], where: str) -> Any:
+    """Fill ${VAR} and ${VAR:-default} inside every string of the YAML tree."""
+    if isinstance(value, dict):
+        return {k: _expand(v, env, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, env, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def fill(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in env and env[name] != "":
+            return env[name]
+        if default is not None:
+            return default
+        raise SettingsError(
+            f"{where}: ${{{name}}} is not set; put {name}=... in .env beside settings.yaml "
+            "or export it in the environment"
+        )
+
+    return _VAR.sub(fill, value)
+
+
+def _env_overrides(env: dict[str, str]) -> list[tuple[list[str], str, str]]:
+    """SENSEGRAPH_CHAT__BASE_URL=... -> (['chat', 'base_url'], value, variable name)."""
+    out = []
+    for name, value in env.items():
+        if name.upper().startswith(ENV_PREFIX) and name.upper() not in ("SENSEGRAPH_ROOT",):
+            keys = name[len(ENV_PREFIX):].lower().split("__")
+            out.append((keys, value, name))
+    return sorted(out)
+
+
+def _set_path(tree: dict[str, Any], keys: list[str], raw: str, var: str) -> None:
+    model: type[BaseModel] = Settings
+    node = tree
+    for i, key in enumerate(keys):
+        fields = model.model_fields
+        if key not in fields or key == "root":
+            where = ".".join(keys[:i]) or "the top level"
+            allowed = ", ".join(sorted(k for k in fields if k != "root"))
+            raise SettingsError(f"{var}: '{key}' is not a setting in {where}; allowed: {allowed}")
+        annotation = fields[key].annotation
+        if i < len(keys) - 1:
+            if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+                raise SettingsError(f"{var}: '{key}' is a value, not a section, so it has no sub-keys")
+            model = annotation
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+            continue
+        # Parse as YAML so numbers, booleans and lists work from the shell; strings stay strings.
+        if annotation in (str, str | None):
+            node[key] = raw
+        else:
+            try:
+                node[key] = yaml.safe_load(raw)
+            except yaml.YAMLError:
+                node[key] = raw
+
+
+def _describe(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "is not a known setting (check the spelling; `sensegraph init` writes every key)"
+        elif e["type"] == "literal_error":
+            msg = f"must be one of {e.get('ctx', {}).get('expected', '')}"
+        got = e.get("input")
+        got_s = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
+        lines.append(f"  {key}: {msg}{got_s}")
+    return f"invalid settings in {source}:\n" + "\n".join(lines)
+
+
+def load_settings(
+    root: str | Path = ".", overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None
+) -> Settings:
+    """Read ROOT/settings.yaml (defaults if absent), fill ${VAR}, apply SENSEGRAPH_* variables.
+
+    `overrides` is a nested dict applied last (the CLI uses it for flags such as --no-cache).
+    """
+    root = Path(root).resolve()
+    settings_file = root / SETTINGS_FILE
+    dot_env = {k: v for k, v in dotenv_values(root / ".env").items() if v is not None}
+    env = dict(os.environ if env is None else env)
+    lookup = {**dot_env, **env}
+    tree: dict[str, Any] = {}
+    if settings_file.exists():
+        try:
+            tree = yaml.safe_load(settings_file.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise SettingsError(f"{settings_file} is not valid YAML: {exc}") from None
+        if not isinstance(tree, dict):
+            raise SettingsError(f"{settings_file} must be a mapping of sections (chat:, embedding:, ...)")
+        tree = _expand(tree, lookup, "")
+    # SENSEGRAPH_* variables may also come from .env, so one file can switch setups.
+    for keys, value, var in _env_overrides({**dot_env, **env}):
+        _set_path(tree, keys, value, var)
+    for section, values in (overrides or {}).items():
+        if isinstance(values, dict):
+            tree.setdefault(section, {}).update(values)
+        else:
+            tree[section] = values
+    tree["root"] = str(root)
+    try:
+        settings = Settings.model_validate(tree)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc, f"{settings_file} (or SENSEGRAPH_* variables)")) from None
+    _check_endpoints(settings)
+    return settings
+
+
+def _check_endpoints(s: Settings) -> None:
+    for name, m in (("chat", s.chat), ("embedding", s.embedding)):
+        if m.provider == "openai":
+            if not m.model:
+                raise SettingsError(f"{name}.model: set the model (or Azure deployment) name for provider 'openai'")
+            if not m.api_key and not m.base_url:
+                raise SettingsError(
+                    f"{name}.api_key: provider 'openai' without base_url talks to api.openai.com and "
+                    f"needs a key; set OPENAI_API_KEY in .env or {name}.base_url for a local server"
+                )
+            if m.api_version and not m.base_url:
+                raise SettingsError(f"{name}.base_url: Azure (api_version set) needs base_url=https://NAME.openai.azure.com")

@@ -1,0 +1,43 @@
+"""Chat and embedding clients built from settings; every model call in sensegraph goes through
+these two, so caching, limits, retries and usage accounting apply everywhere."""
+from __future__ import annotations
+
+import asyncio
+
+from ..config import Settings
+from .cache import Cache
+from .client import ChatClient, LLMError, Messages, run_sync, strict_schema
+from .usage import StepUsage, Usage
+
+
+def open_cache(settings: Settings, enabled: bool | None = None) -> Cache | None:
+    on = settings.cache.enabled if enabled is None else enabled
+    return Cache(settings.path(settings.cache.dir) / "llm.sqlite") if on else None
+
+
+def open_chat(settings: Settings, *, cache: Cache | None, usage: Usage | None = None, **kwargs) -> ChatClient:
+    """The chat client for these settings; `provider: local` starts the embedded server lazily."""
+    usage = usage or Usage(settings.chat.price_per_1k_prompt, settings.chat.price_per_1k_completion)
+    if settings.chat.provider == "local":
+        from .embedded import ensure_server
+
+        local = settings.local
+
+        async def endpoint() -> tuple[str, str]:
+            # Loading the model blocks for seconds; keep the event loop free meanwhile.
+            return await asyncio.to_thread(ensure_server, local)
+
+        return ChatClient(settings.chat, cache=cache, usage=usage, endpoint=endpoint, **kwargs)
+    return ChatClient(settings.chat, cache=cache, usage=usage, **kwargs)
+
+
+def open_embedder(settings: Settings, *, cache: Cache | None, usage: Usage | None = None, **kwargs):
+    from .embeddings import Embedder
+
+    return Embedder(settings.embedding, cache=cache, usage=usage, **kwargs)
+
+
+__all__ = [
+    "Cache", "ChatClient", "LLMError", "Messages", "StepUsage", "Usage",
+    "open_cache", "open_chat", "open_embedder", "run_sync", "strict_schema",
+]

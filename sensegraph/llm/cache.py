@@ -1,0 +1,54 @@
+"""Persistent answer cache: one SQLite file inside the project root.
+
+SQLite in WAL mode gives atomic writes and safe sharing between threads, tasks and processes
+(two `sensegraph` runs on one project share it) with nothing to install. Keys are sha256 hashes
+of everything that changes an answer, so a repeated call is a lookup and costs no request.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+
+def cache_key(kind: str, payload: dict[str, Any]) -> str:
+    blob = json.dumps({"kind": kind, **payload}, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class Cache:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+
+    def get(self, key: str) -> bytes | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM answers WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def put(self, key: str, value: bytes) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO answers (key, value) VALUES (?, ?)", (key, value))
+
+    def get_json(self, key: str) -> Any | None:
+        raw = self.get(key)
+        return None if raw is None else json.loads(raw)
+
+    def put_json(self, key: str, value: Any) -> None:
+        self.put(key, json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

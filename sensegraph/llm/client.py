@@ -1,0 +1,348 @@
+"""The one chat client every step uses: cache, limits, retries, structured output, usage.
+
+Any OpenAI-compatible server works (OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp); the
+embedded default is such a server started on 127.0.0.1. The `openai` package does the HTTP;
+its own retries are switched off because ours count attempts per item, honour Retry-After and
+also retry replies that are not valid JSON for the requested schema.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+import json_repair
+import openai
+from pydantic import BaseModel, ValidationError
+
+from ..config import ChatSettings
+from ..tokens import count_tokens
+from .cache import Cache, cache_key
+from .limits import RateLimiter, backoff_delay, parse_retry_after
+from .usage import Usage
+
+T = TypeVar("T", bound=BaseModel)
+Messages = list[dict[str, str]]
+
+
+class LLMError(RuntimeError):
+    """A request failed for good; the message names what it was for and why."""
+
+    def __init__(self, purpose: str, reason: str, attempts: int = 0):
+        self.purpose = purpose
+        self.reason = reason
+        self.attempts = attempts
+        tries = f" after {attempts} attempt{'s' * (attempts != 1)}" if attempts else ""
+        super().__init__(f"{purpose} failed{tries}: {reason}")
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None):
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A pydantic model's JSON schema in the strict form OpenAI and llama.cpp both accept:
+    references inlined, every property required, no extra properties."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def fix(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return fix(copy.deepcopy(defs[node["$ref"].split("/")[-1]]))
+            node = {k: fix(v) for k, v in node.items() if k not in ("default", "title")}
+            if node.get("type") == "object" and "properties" in node:
+                node["required"] = list(node["properties"])
+                node["additionalProperties"] = False
+            return node
+        if isinstance(node, list):
+            return [fix(v) for v in node]
+        return node
+
+    return fix(schema)
+
+
+def _schema_hint(schema: dict[str, Any]) -> str:
+    return (
+        "Reply with one JSON object only, no prose and no code fences, matching this JSON "
+        f"schema:\n{json.dumps(schema, ensure_ascii=False)}"
+    )
+
+
+class ChatClient:
+    """Async chat client. `step` names the pipeline step for usage accounting, `item` the id of
+    the thing being worked on, so a failure can say exactly what was lost."""
+
+    def __init__(
+        self,
+        settings: ChatSettings,
+        *,
+        cache: Cache | None,
+        usage: Usage | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
+        endpoint: Callable[[], Awaitable[tuple[str, str]]] | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ):
+        self.settings = settings
+        self.cache = cache
+        self.usage = usage or Usage(settings.price_per_1k_prompt, settings.price_per_1k_completion)
+        self.model = model or settings.model
+        self._base_url = base_url or settings.base_url
+        # `endpoint` resolves (base_url, model) lazily: the embedded server starts on first use.
+        self._endpoint = endpoint
+        self._http_client = http_client
+        self._client: openai.AsyncOpenAI | None = None
+        self._client_lock = asyncio.Lock()
+        self._semaphore = asyncio.Semaphore(settings.concurrency)
+        self._limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute)
+        self._mode = settings.structured_output if settings.structured_output != "auto" else "json_schema"
+        self._auto = settings.structured_output == "auto"
+
+    # -- connection ---------------------------------------------------------------------------
+    async def _openai(self) -> openai.AsyncOpenAI:
+        if self._client is not None:
+            return self._client
+        async with self._client_lock:
+            if self._client is None:
+                if self._endpoint is not None:
+                    self._base_url, model = await self._endpoint()
+                    self.model = self.model or model
+                s = self.settings
+                http = self._http_client or httpx.AsyncClient(
+                    timeout=httpx.Timeout(s.timeout, connect=min(30.0, s.timeout)),
+                    limits=httpx.Limits(max_connections=s.concurrency + 4, max_keepalive_connections=s.concurrency + 4),
+                )
+                common: dict[str, Any] = dict(
+                    api_key=s.api_key or "sensegraph-no-key", max_retries=0, timeout=s.timeout, http_client=http
+                )
+                if s.api_version:
+                    self._client = openai.AsyncAzureOpenAI(
+                        azure_endpoint=self._base_url, api_version=s.api_version, **common
+                    )
+                else:
+                    self._client = openai.AsyncOpenAI(base_url=self._base_url, **common)
+        return self._client
+
+    # -- public API ---------------------------------------------------------------------------
+    async def complete(
+        self,
+        messages: Messages,
+        *,
+        step: str,
+        item: str = "",
+        max_tokens: int,
+        temperature: float | None = None,
+    ) -> str:
+        """Plain text answer."""
+        return await self._call(messages, step=step, item=item, max_tokens=max_tokens,
+                                temperature=temperature, schema=None)
+
+    async def structured(
+        self,
+        messages: Messages,
+        schema: type[T],
+        *,
+        step: str,
+        item: str = "",
+        max_tokens: int,
+        temperature: float | None = None,
+    ) -> T:
+        """An answer validated against `schema`; invalid replies are retried, never returned."""
+        text = await self._call(messages, step=step, item=item, max_tokens=max_tokens,
+                                temperature=temperature, schema=schema)
+        return schema.model_validate_json(text)
+
+    async def stream(
+        self, messages: Messages, *, step: str, item: str = "", max_tokens: int, temperature: float | None = None
+    ) -> AsyncIterator[str]:
+        """Yield the answer as it is generated; a cached answer is yielded whole."""
+        temperature = self.settings.temperature if temperature is None else temperature
+        key = self._key(messages, max_tokens, temperature, None)
+        use = self.usage.step(step)
+        if self.cache is not None and (hit := self.cache.get_json(key)) is not None:
+            use.cache_hits += 1
+            yield hit["content"]
+            return
+        client = await self._openai()
+        parts: list[str] = []
+        prompt_tokens = completion_tokens = 0
+        async with self._semaphore:
+            use.requests += 1
+            try:
+                stream = await client.chat.completions.create(
+                    model=self.model, messages=messages, max_tokens=max_tokens, temperature=temperature,
+                    stream=True, stream_options={"include_usage": True},
+                )
+                async for chunk in stream:
+                    if chunk.usage:
+                        prompt_tokens, completion_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        parts.append(chunk.choices[0].delta.content)
+                        yield chunk.choices[0].delta.content
+            except openai.OpenAIError as exc:
+                use.failures.append(item or step)
+                raise LLMError(self._purpose(step, item), _describe_error(exc), 1) from None
+        content = "".join(parts)
+        use.calls += 1
+        use.prompt_tokens += prompt_tokens or sum(count_tokens(m["content"]) for m in messages)
+        use.completion_tokens += completion_tokens or count_tokens(content)
+        if self.cache is not None:
+            self.cache.put_json(key, {"content": content})
+
+    # -- internals ----------------------------------------------------------------------------
+    @staticmethod
+    def _purpose(step: str, item: str) -> str:
+        return f"{step} of {item}" if item else step
+
+    def _key(self, messages: Messages, max_tokens: int, temperature: float, schema: dict | None) -> str:
+        return cache_key("chat", {"model": self.model or f"local:{self.settings.model}", "messages": messages,
+                                  "max_tokens": max_tokens, "temperature": temperature, "schema": schema})
+
+    async def _call(
+        self, messages: Messages, *, step: str, item: str, max_tokens: int,
+        temperature: float | None, schema: type[BaseModel] | None,
+    ) -> str:
+        temperature = self.settings.temperature if temperature is None else temperature
+        json_schema = strict_schema(schema) if schema is not None else None
+        use = self.usage.step(step)
+        if self._endpoint is not None and self._client is None:
+            await self._openai()  # resolves the model name, which is part of the cache key
+        key = self._key(messages, max_tokens, temperature, json_schema)
+        if self.cache is not None and (hit := self.cache.get_json(key)) is not None:
+            use.cache_hits += 1
+            return hit["content"]
+
+        purpose = self._purpose(step, item)
+        estimate = sum(count_tokens(m["content"]) for m in messages) + max_tokens if self._limiter.enabled else 0
+        attempts = self.settings.max_retries + 1
+        last = ""
+        for attempt in range(attempts):
+            if attempt:
+                use.retries += 1
+            await self._limiter.acquire(estimate)
+            try:
+                content, usage = await self._request(messages, max_tokens, temperature, schema, json_schema,
+                                                     attempt, step)
+                use.calls += 1
+                use.prompt_tokens += usage[0] or sum(count_tokens(m["content"]) for m in messages)
+                use.completion_tokens += usage[1] or count_tokens(content)
+                if schema is not None:
+                    content = _validated(content, schema)
+                if self.cache is not None:
+                    self.cache.put_json(key, {"content": content})
+                return content
+            except _Retryable as exc:
+                last = str(exc)
+                if attempt + 1 < attempts:
+                    await asyncio.sleep(backoff_delay(attempt, self.settings.retry_base_seconds,
+                                                      retry_after=exc.retry_after))
+            except openai.APIStatusError as exc:
+                use.failures.append(item or step)
+                raise LLMError(purpose, _describe_error(exc), attempt + 1) from None
+        use.failures.append(item or step)
+        raise LLMError(purpose, last, attempts)
+
+    async def _request(
+        self, messages: Messages, max_tokens: int, temperature: float,
+        schema: type[BaseModel] | None, json_schema: dict | None, attempt: int, step: str,
+    ) -> tuple[str, tuple[int, int]]:
+        client = await self._openai()
+        kwargs: dict[str, Any] = dict(model=self.model, messages=messages, max_tokens=max_tokens,
+                                      temperature=temperature)
+        if attempt and schema is not None:
+            # A deterministic server repeats an invalid answer; a little randomness gets a new one.
+            kwargs["temperature"] = max(temperature, 0.4)
+            kwargs["seed"] = attempt
+        mode = self._mode if schema is not None else None
+        if mode == "json_schema":
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": schema.__name__, "schema": json_schema, "strict": True}}
+        elif mode in ("json_mode", "prompt"):
+            kwargs["messages"] = _with_hint(messages, _schema_hint(json_schema))
+            if mode == "json_mode":
+                kwargs["response_format"] = {"type": "json_object"}
+        # Counted per HTTP request, so a fallback between structured modes counts too.
+        self.usage.step(step).requests += 1
+        try:
+            async with self._semaphore:
+                reply = await client.chat.completions.create(**kwargs)
+        except openai.RateLimitError as exc:
+            raise _Retryable(_describe_error(exc), parse_retry_after(exc.response.headers.get("retry-after")))
+        except openai.APIStatusError as exc:
+            if exc.status_code >= 500 or exc.status_code in (408, 409):
+                raise _Retryable(_describe_error(exc)) from None
+            if schema is not None and self._auto and exc.status_code in (400, 422) and mode != "prompt":
+                # The server does not support this structured-output mode: step down once and retry now.
+                self._mode = "json_mode" if mode == "json_schema" else "prompt"
+                return await self._request(messages, max_tokens, temperature, schema, json_schema, attempt, step)
+            raise
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            raise _Retryable(_describe_error(exc)) from None
+        if not reply.choices:
+            raise _Retryable("the server returned no choices")
+        choice = reply.choices[0]
+        content = choice.message.content or ""
+        if not content.strip():
+            raise _Retryable(f"empty answer (finish_reason={choice.finish_reason})")
+        if schema is not None and choice.finish_reason == "length":
+            raise _Retryable(f"answer cut off at max_tokens={max_tokens} before the JSON was complete")
+        u = reply.usage
+        return content, ((u.prompt_tokens or 0, u.completion_tokens or 0) if u else (0, 0))
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+def _with_hint(messages: Messages, hint: str) -> Messages:
+    out = [dict(m) for m in messages]
+    if out and out[0]["role"] == "system":
+        out[0]["content"] = out[0]["content"] + "\n\n" + hint
+    else:
+        out.insert(0, {"role": "system", "content": hint})
+    return out
+
+
+def _validated(content: str, schema: type[BaseModel]) -> str:
+    """Canonical JSON of a schema-valid reply, repairing near-JSON (code fences, trailing commas)."""
+    try:
+        return schema.model_validate_json(content).model_dump_json()
+    except ValidationError:
+        pass
+    try:
+        repaired = json_repair.loads(content)
+        return schema.model_validate(repaired).model_dump_json()
+    except (ValidationError, ValueError, TypeError) as exc:
+        snippet = content[:120].replace("\n", " ")
+        raise _Retryable(f"reply does not match schema {schema.__name__}: {str(exc).splitlines()[0]} "
+                         f"(reply began: {snippet!r})") from None
+
+
+def _describe_error(exc: Exception) -> str:
+    if isinstance(exc, openai.AuthenticationError):
+        return "the server refused the API key (401); check api_key in settings.yaml or .env"
+    if isinstance(exc, openai.NotFoundError):
+        return "model or URL not found (404); check model and base_url in settings.yaml"
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.response.text[:300] if exc.response is not None else ""
+        return f"HTTP {exc.status_code}: {body}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "the request timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return f"could not reach the server ({type(cause).__name__}: {cause})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def run_sync(coro: Awaitable[Any]) -> Any:
+    """Run a coroutine from sync code (the CLI and the sync API)."""
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+

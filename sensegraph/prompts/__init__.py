@@ -1,0 +1,36 @@
+"""Prompt templates as editable text files, English (en/) and Chinese (zh/).
+
+A project's own `prompts/<lang>/<name>.txt` (written by `sensegraph init`) wins over the copy
+shipped in this package, so users tune prompts without touching code. Placeholders are
+`{name}`; only the names passed to `render` are replaced, so JSON examples with braces in a
+prompt need no escaping.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).parent
+LANGUAGES = ("en", "zh")
+
+
+def prompt_names() -> list[str]:
+    return sorted(p.stem for p in (PACKAGE_DIR / "en").glob("*.txt"))
+
+
+def load_prompt(name: str, language: str = "en", root: str | Path | None = None) -> str:
+    language = language if language in LANGUAGES else "en"
+    candidates = []
+    if root is not None:
+        candidates.append(Path(root) / "prompts" / language / f"{name}.txt")
+    candidates.append(PACKAGE_DIR / language / f"{name}.txt")
+    candidates.append(PACKAGE_DIR / "en" / f"{name}.txt")
+    for path in candidates:
+        if path.exists():
+            return path.read_text(encoding="utf-8")
+    raise FileNotFoundError(f"no prompt named {name!r} (looked in {', '.join(map(str, candidates))})")
+
+
+def render(template: str, **values: object) -> str:
+    for key, value in values.items():
+        template = template.replace("{" + key + "}", str(value))
+    return template
