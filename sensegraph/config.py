@@ -7,6 +7,7 @@ Every problem is reported before any work starts, naming the key and what is all
 """
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -198,11 +199,25 @@ def _set_path(tree: dict[str, Any], keys: list[str], raw: str, var: str) -> None
         # Parse as YAML so numbers, booleans and lists work from the shell; strings stay strings.
         if annotation in (str, str | None):
             node[key] = raw
+        elif getattr(annotation, "__origin__", None) is list and not raw.lstrip().startswith("["):
+            # SENSEGRAPH_INPUT__FILE_TYPES=txt,md as well as [txt, md]
+            node[key] = [part.strip() for part in raw.split(",") if part.strip()]
         else:
             try:
                 node[key] = yaml.safe_load(raw)
             except yaml.YAMLError:
                 node[key] = raw
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys of the section at `loc` (() = the top level)."""
+    model: Any = Settings
+    for part in loc:
+        field = model.model_fields.get(str(part)) if isinstance(model, type) else None
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return []
+        model = field.annotation
+    return sorted(k for k in model.model_fields if k != "root")
 
 
 def _describe(err: ValidationError, source: str) -> str:
@@ -211,7 +226,10 @@ def _describe(err: ValidationError, source: str) -> str:
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "is not a known setting (check the spelling; `sensegraph init` writes every key)"
+            allowed = _allowed_keys(e["loc"][:-1])
+            close = difflib.get_close_matches(str(e["loc"][-1]), allowed, n=1)
+            msg = (f"is not a known setting{f' (did you mean {close[0]}?)' if close else ''}; "
+                   f"allowed: {', '.join(allowed)}")
         elif e["type"] == "literal_error":
             msg = f"must be one of {e.get('ctx', {}).get('expected', '')}"
         got = e.get("input")
@@ -241,6 +259,11 @@ def load_settings(
         if not isinstance(tree, dict):
             raise SettingsError(f"{settings_file} must be a mapping of sections (chat:, embedding:, ...)")
         tree = _expand(tree, lookup, "")
+        # A section whose keys are all commented out reads as None: it means "defaults".
+        for name, field in Settings.model_fields.items():
+            if name in tree and tree[name] is None and isinstance(field.annotation, type) \
+                    and issubclass(field.annotation, BaseModel):
+                tree[name] = {}
     # SENSEGRAPH_* variables may also come from .env, so one file can switch setups.
     for keys, value, var in _env_overrides({**dot_env, **env}):
         _set_path(tree, keys, value, var)

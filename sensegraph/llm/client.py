@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -48,6 +49,13 @@ class _Retryable(Exception):
 def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
     """A pydantic model's JSON schema in the strict form OpenAI and llama.cpp both accept:
     references inlined, every property required, no extra properties."""
+    return copy.deepcopy(_strict_schema(model))
+
+
+@functools.lru_cache(maxsize=256)
+def _strict_schema(model: type[BaseModel]) -> dict[str, Any]:
+    # Generating a schema costs ~0.5 ms; every call of a step uses the same few models.
+    # Shared between calls: read it, never change it.
     schema = model.model_json_schema()
     defs = schema.pop("$defs", {})
 
@@ -55,7 +63,9 @@ def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
         if isinstance(node, dict):
             if "$ref" in node:
                 return fix(copy.deepcopy(defs[node["$ref"].split("/")[-1]]))
-            node = {k: fix(v) for k, v in node.items() if k not in ("default", "title")}
+            # Drop the "title"/"default" annotations, but never a *property* named title or default.
+            node = {k: ({p: fix(s) for p, s in v.items()} if k == "properties" and isinstance(v, dict) else fix(v))
+                    for k, v in node.items() if k not in ("default", "title")}
             if node.get("type") == "object" and "properties" in node:
                 node["required"] = list(node["properties"])
                 node["additionalProperties"] = False
@@ -209,7 +219,7 @@ class ChatClient:
         temperature: float | None, schema: type[BaseModel] | None,
     ) -> str:
         temperature = self.settings.temperature if temperature is None else temperature
-        json_schema = strict_schema(schema) if schema is not None else None
+        json_schema = _strict_schema(schema) if schema is not None else None
         use = self.usage.step(step)
         if self._endpoint is not None and self._client is None:
             await self._openai()  # resolves the model name, which is part of the cache key
@@ -229,11 +239,12 @@ class ChatClient:
             try:
                 content, usage = await self._request(messages, max_tokens, temperature, schema, json_schema,
                                                      attempt, step)
-                use.calls += 1
+                # Tokens of a rejected answer are billed too; `calls` counts only answers we keep.
                 use.prompt_tokens += usage[0] or sum(count_tokens(m["content"]) for m in messages)
                 use.completion_tokens += usage[1] or count_tokens(content)
                 if schema is not None:
                     content = _validated(content, schema)
+                use.calls += 1
                 if self.cache is not None:
                     self.cache.put_json(key, {"content": content})
                 return content
@@ -316,6 +327,10 @@ def _validated(content: str, schema: type[BaseModel]) -> str:
         return schema.model_validate_json(content).model_dump_json()
     except ValidationError:
         pass
+    if _cut_off(content):
+        # json_repair would close the brackets and hand back a plausible but partial answer
+        # (e.g. half the entities); a fresh attempt is the only way to get all of it.
+        raise _Retryable(f"reply is cut off in the middle of the JSON (reply ended: {content[-60:]!r})")
     try:
         repaired = json_repair.loads(content)
         return schema.model_validate(repaired).model_dump_json()
@@ -323,6 +338,33 @@ def _validated(content: str, schema: type[BaseModel]) -> str:
         snippet = content[:120].replace("\n", " ")
         raise _Retryable(f"reply does not match schema {schema.__name__}: {str(exc).splitlines()[0]} "
                          f"(reply began: {snippet!r})") from None
+
+
+def _cut_off(content: str) -> bool:
+    """True when a JSON reply stops before its closing bracket (code fences allowed)."""
+    text = content.strip()
+    if text.startswith("```"):
+        text = text.partition("\n")[2].strip()
+    if text.endswith("```"):
+        text = text[:-3].rstrip()
+    if not text or text[0] not in "{[":
+        return False
+    depth, in_string, escaped = 0, False, False
+    for ch in text:  # only reached for replies that failed strict validation
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return in_string or depth > 0
 
 
 def _describe_error(exc: Exception) -> str:

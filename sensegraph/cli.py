@@ -1,0 +1,208 @@
+"""The `sensegraph` command. Thin: parses flags, calls the library, shows progress."""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .config import SETTINGS_FILE, SettingsError, load_settings
+
+console = Console(stderr=True)
+out = Console()
+
+ROOT_OPTION = click.option("--root", "-r", default=".", show_default=True, type=click.Path(file_okay=False),
+                           help="Project folder (holds settings.yaml, input/, output/, cache/).")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    sys.exit(code)
+
+
+def _settings(root: str, **overrides):
+    try:
+        return load_settings(root, overrides=overrides or None)
+    except SettingsError as exc:
+        _fail(str(exc))
+
+
+@contextmanager
+def progress_bars():
+    """A bar factory for the pipeline: bar(description, total) -> advance(n)."""
+    progress = Progress(TextColumn("[bold]{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
+                        transient=False)
+
+    def bar(description: str, total: int):
+        task = progress.add_task(description, total=total)
+        return lambda n=1: progress.advance(task, n)
+
+    with progress:
+        yield bar
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sensegraph")
+def main() -> None:
+    """sensegraph: GraphRAG on your own documents, offline by default.
+
+    \b
+    Typical use:
+      sensegraph init --root myproject      # settings.yaml, .env, input/, prompts/
+      cp *.txt myproject/input/
+      sensegraph index --root myproject     # build the graph index
+      sensegraph doctor --root myproject    # check the configured models
+
+    Try `sensegraph demo` to index a small built-in corpus with the embedded model.
+    """
+
+
+@main.command()
+@ROOT_OPTION
+@click.option("--force", is_flag=True, help="Overwrite settings.yaml, .env and prompts if they exist.")
+def init(root: str, force: bool) -> None:
+    """Create a project: commented settings.yaml, .env template, input/ and editable prompts/.
+
+    Every prompt is written in English (prompts/en) and Chinese (prompts/zh); edit them to tune
+    extraction and reports for your domain (e.g. the few-shot examples in examples_graph.txt).
+    """
+    from .project import init_project
+
+    try:
+        written = init_project(Path(root), force=force)
+    except FileExistsError as exc:
+        _fail(str(exc))
+    console.print(f"Created project in [bold]{Path(root).resolve()}[/]: " + ", ".join(written))
+    console.print("Next: put documents in input/ and run `sensegraph index" + (f" --root {root}" if root != "." else "") + "`.")
+
+
+@main.command()
+@ROOT_OPTION
+def doctor(root: str) -> None:
+    """Call the configured chat and embedding models once and report what answered.
+
+    Prints the endpoint reached, latency, prompt and generation tokens/s, and whether structured
+    (JSON-schema) output works. With no settings this checks the embedded local models.
+    """
+    from .llm.doctor import print_report, run_doctor
+
+    settings = _settings(root)
+    checks = asyncio.run(run_doctor(settings))
+    print_report(checks)
+    if not all(c.ok for c in checks):
+        sys.exit(1)
+
+
+@main.command()
+@ROOT_OPTION
+@click.option("--dry-run", is_flag=True, help="Estimate LLM calls, tokens and cost; call nothing.")
+@click.option("--no-cache", is_flag=True, help="Ignore the answer cache for this run (every call is made again).")
+@click.option("--allow-partial", is_flag=True,
+              help="Exit 0 even if some items failed after every retry (they are recorded in stats.json).")
+def index(root: str, dry_run: bool, no_cache: bool, allow_partial: bool) -> None:
+    """Build the graph index from the documents in input/ into output/.
+
+    Steps: documents -> text units -> entities, relationships (and claims) with gleaning ->
+    merged descriptions -> hierarchical Leiden communities -> community reports (bottom-up) ->
+    embeddings. Interrupt at any time: a rerun skips finished steps and takes finished LLM calls
+    from the cache. Items that fail after every retry are named, and the exit code is 1.
+    """
+    settings = _settings(root)
+    if dry_run:
+        from .index.estimate import estimate_index, print_estimate
+
+        try:
+            print_estimate(estimate_index(settings), settings, out)
+        except ValueError as exc:
+            _fail(str(exc))
+        return
+    result = _run_index(settings, no_cache=no_cache, allow_partial=allow_partial)
+    _print_summary(result)
+
+
+def _run_index(settings, *, no_cache: bool = False, allow_partial: bool = False):
+    from .index.documents import InputError
+    from .index.pipeline import IndexFailed, run_index
+    from .llm import LLMError
+
+    try:
+        with progress_bars() as bar:
+            return asyncio.run(run_index(settings, bar=bar, log=lambda m: console.print(m, highlight=False),
+                                         cache=False if no_cache else None, allow_partial=allow_partial))
+    except (InputError, SettingsError) as exc:
+        _fail(str(exc))
+    except IndexFailed as exc:
+        _fail(str(exc), code=1)
+    except LLMError as exc:
+        _fail(str(exc), code=1)
+
+
+def _print_summary(result) -> None:
+    t = result.tables
+    stats = result.stats
+    table = Table(title=f"Index in {result.output_dir}", show_header=False)
+    table.add_row("documents", str(len(t["documents"])))
+    table.add_row("text units", str(len(t["text_units"])))
+    table.add_row("entities", str(len(t["entities"])))
+    table.add_row("relationships", str(len(t["relationships"])))
+    table.add_row("claims", str(len(t["covariates"])))
+    per_level = t["communities"].groupby("level").size()
+    table.add_row("communities", ", ".join(f"C{lvl}: {n}" for lvl, n in per_level.items()))
+    table.add_row("reports", str(len(t["community_reports"])))
+    total = stats["llm"]["total"]
+    table.add_row("LLM calls", f"{total['calls']} (+{total['cache_hits']} from cache)")
+    table.add_row("tokens", f"{total['prompt_tokens']:,} prompt, {total['completion_tokens']:,} completion")
+    if "cost" in total:
+        table.add_row("cost", f"{total['cost']:.4f}")
+    table.add_row("wall time", f"{sum(s.get('seconds', 0) for s in stats['steps'].values()):.1f} s")
+    out.print(table)
+    if result.failures:
+        console.print(f"[yellow]partial index: {json.dumps(result.failures)}[/]")
+
+
+@main.command()
+@click.option("--root", "-r", default="sensegraph-demo", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for the demo project.")
+@click.option("--small", is_flag=True, help="Use the 0.5B embedded model (faster, weaker).")
+def demo(root: str, small: bool) -> None:
+    """Index a small built-in corpus with the embedded model and show what came out.
+
+    Needs no API key and no network. Creates a project folder (default ./sensegraph-demo),
+    indexes the corpus shipped inside sensegraph, and prints entities, relationships,
+    communities per level and the root-level report titles. A rerun costs no LLM calls.
+    """
+    from .project import DEMO_DIR, init_project
+
+    path = Path(root)
+    if not (path / SETTINGS_FILE).exists():
+        init_project(path, force=False, demo=True)
+    (path / "input").mkdir(parents=True, exist_ok=True)
+    for f in DEMO_DIR.glob("*.txt"):
+        shutil.copy(f, path / "input" / f.name)
+    overrides = {"local": {"size": "0.5b"}} if small else {}
+    settings = _settings(root, **overrides)
+    console.print(f"Indexing the demo corpus in [bold]{path.resolve()}[/] with the "
+                  f"{'embedded ' + settings.local.size if settings.chat.provider == 'local' else settings.chat.model} model…")
+    result = _run_index(settings)
+    _print_summary(result)
+    ents = result.tables["entities"].sort_values("degree", ascending=False).head(10)
+    out.print("[bold]Top entities:[/] " + ", ".join(f"{r.title} ({r.type})" for r in ents.itertuples()))
+    rels = result.tables["relationships"].sort_values("weight", ascending=False).head(5)
+    out.print("[bold]Strongest relationships:[/] " + "; ".join(f"{r.source} — {r.target}" for r in rels.itertuples()))
+    reports = result.tables["community_reports"]
+    roots = reports[reports["level"] == 0].sort_values("rank", ascending=False)
+    out.print("[bold]Root-level community reports:[/]")
+    for r in roots.itertuples():
+        out.print(f"  • {r.title}  (rating {r.rank:g})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Indexing: one module per step of the paper, plus the pipeline that runs them in order."""

@@ -1,0 +1,414 @@
+"""Paper step 2.5: communities -> community reports, written bottom-up.
+
+The deepest level is written first, all its communities concurrently (the chat client's
+semaphore bounds the real concurrency); a level starts when the level below it is done,
+because a higher community may be composed from its sub-communities' reports:
+
+- leaf community: its edges by descending combined degree, each preceded by its source and
+  target entity (once) and their claims, until the token budget is full;
+- higher community: if all its elements fit, exactly as a leaf; otherwise the sub-communities
+  with the largest element context are replaced by their (shorter) reports, one at a time,
+  until the whole fits (Microsoft summarises every level from raw elements, their #1907);
+- carried-down communities (copies of a branch that ended early, see communities.py) reuse
+  the report of the community they copy, at no cost.
+
+A report that fails after the client's retries is returned in the failure list and gets no
+row; its parent is then built from that child's raw elements.
+"""
+from __future__ import annotations
+
+import asyncio
+import csv
+import datetime as dt
+import io
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel
+
+from ..config import Settings
+from ..llm import ChatClient, LLMError
+from ..prompts import load_prompt, render
+from ..store.tables import content_id
+from ..tokens import count_tokens, truncate
+
+COLUMNS = [
+    "id", "human_readable_id", "community", "level", "parent", "children", "title", "summary",
+    "full_content", "rank", "rating_explanation", "findings", "full_content_json", "period", "size",
+    "context_tokens", "used_sub_reports", "carried",
+]
+
+STEP = "report"
+MAX_FINDINGS = 10
+
+
+class Finding(BaseModel):
+    summary: str
+    explanation: str
+
+
+class Report(BaseModel):
+    title: str
+    summary: str
+    rating: float
+    rating_explanation: str
+    findings: list[Finding]
+
+
+# -- context ----------------------------------------------------------------------------------
+
+ENTITY_HEADER = "-----Entities-----\nid,entity,type,description,degree"
+CLAIM_HEADER = "-----Claims-----\nid,entity,object,type,status,period,description"
+RELATIONSHIP_HEADER = "-----Relationships-----\nid,source,target,description,combined_degree"
+REPORT_HEADER = "-----Sub-community reports-----"
+
+
+def _row(*values: Any) -> str:
+    buf = io.StringIO()
+    # One record per line: descriptions lose their line breaks, commas are quoted.
+    csv.writer(buf, lineterminator="").writerow(
+        [re.sub(r"\s+", " ", "" if v is None else str(v)).strip() for v in values])
+    return buf.getvalue()
+
+
+@dataclass
+class _Piece:
+    text: str
+    tokens: int
+
+
+def _piece(text: str) -> _Piece:
+    # +1 for the line break that joins it to the next line.
+    return _Piece(text, count_tokens(text) + 1)
+
+
+@dataclass
+class _Elements:
+    """Rendered rows of the whole graph, each counted once, looked up per community."""
+
+    entity: dict[str, _Piece]                   # by title
+    entity_rank: dict[str, tuple[int, int]]     # title -> (-degree, human_readable_id)
+    claims: dict[str, list[_Piece]]             # by subject title
+    edge: dict[str, _Piece]                     # by relationship id
+    edge_ends: dict[str, tuple[str, str]]
+    edge_rank: dict[str, tuple[float, int]]     # id -> (-combined_degree, human_readable_id)
+    title_of: dict[str, str]                    # entity id -> title
+    header_tokens: dict[str, int] = field(default_factory=dict)
+
+
+def _elements(entities: pd.DataFrame, relationships: pd.DataFrame,
+              covariates: pd.DataFrame | None) -> _Elements:
+    ent_piece, ent_rank, title_of = {}, {}, {}
+    for row in entities.itertuples(index=False):
+        title = str(row.title)
+        degree = int(getattr(row, "degree", 0) or 0)
+        ent_piece[title] = _piece(_row(row.human_readable_id, title, getattr(row, "type", ""),
+                                       row.description, degree))
+        ent_rank[title] = (-degree, int(row.human_readable_id))
+        title_of[str(row.id)] = title
+    claims: dict[str, list[_Piece]] = {}
+    if covariates is not None and not covariates.empty:
+        for row in covariates.sort_values("human_readable_id", kind="stable").itertuples(index=False):
+            start, end = getattr(row, "start_date", None), getattr(row, "end_date", None)
+            period = " - ".join(str(d) for d in (start, end) if d not in (None, "", "NONE") and d == d)
+            claims.setdefault(str(row.subject_id), []).append(_piece(_row(
+                row.human_readable_id, row.subject_id, getattr(row, "object_id", ""),
+                getattr(row, "type", ""), getattr(row, "status", ""), period, row.description)))
+    edge, ends, edge_rank = {}, {}, {}
+    for row in relationships.itertuples(index=False):
+        rid = str(row.id)
+        cd = getattr(row, "combined_degree", 0)
+        cd = 0.0 if cd is None or (isinstance(cd, float) and math.isnan(cd)) else float(cd)
+        edge[rid] = _piece(_row(row.human_readable_id, row.source, row.target, row.description,
+                                int(cd) if cd.is_integer() else cd))
+        ends[rid] = (str(row.source), str(row.target))
+        edge_rank[rid] = (-cd, int(row.human_readable_id))
+    headers = {h: count_tokens(h) + 1 for h in (ENTITY_HEADER, CLAIM_HEADER, RELATIONSHIP_HEADER, REPORT_HEADER)}
+    return _Elements(ent_piece, ent_rank, claims, edge, ends, edge_rank, title_of, headers)
+
+
+@dataclass
+class _Packed:
+    entities: list[_Piece] = field(default_factory=list)
+    claims: list[_Piece] = field(default_factory=list)
+    edges: list[_Piece] = field(default_factory=list)
+    complete: bool = True  # every element offered was included
+
+    def text(self) -> str:
+        parts = []
+        for header, rows in ((ENTITY_HEADER, self.entities), (CLAIM_HEADER, self.claims),
+                             (RELATIONSHIP_HEADER, self.edges)):
+            if rows:
+                parts.append(header + "\n" + "\n".join(p.text for p in rows))
+        return "\n\n".join(parts)
+
+
+def _pack(el: _Elements, titles: list[str], edge_ids: list[str], budget: int) -> _Packed:
+    """The leaf procedure: edges (given by descending combined degree), each with its endpoints
+    and their claims first, until the budget is full; then member entities no edge brought in."""
+    out = _Packed()
+    seen: set[str] = set()
+    used = 0
+    headers = {"e": False, "c": False, "r": False}
+
+    def cost_of(new_titles: list[str], edge_piece: _Piece | None) -> int:
+        cost = 0
+        for t in new_titles:
+            cost += el.entity[t].tokens + sum(c.tokens for c in el.claims.get(t, []))
+        if new_titles and not headers["e"]:
+            cost += el.header_tokens[ENTITY_HEADER]
+        if any(el.claims.get(t) for t in new_titles) and not headers["c"]:
+            cost += el.header_tokens[CLAIM_HEADER]
+        if edge_piece is not None:
+            cost += edge_piece.tokens + (0 if headers["r"] else el.header_tokens[RELATIONSHIP_HEADER])
+        return cost
+
+    def add_entities(new_titles: list[str]) -> None:
+        for t in new_titles:
+            seen.add(t)
+            out.entities.append(el.entity[t])
+            headers["e"] = True
+            for c in el.claims.get(t, []):
+                out.claims.append(c)
+                headers["c"] = True
+
+    for rid in edge_ids:
+        s, t = el.edge_ends[rid]
+        new = [x for x in dict.fromkeys((s, t)) if x not in seen and x in el.entity]
+        cost = cost_of(new, el.edge[rid])
+        if used + cost > budget:
+            out.complete = False
+            break
+        used += cost
+        add_entities(new)
+        out.edges.append(el.edge[rid])
+        headers["r"] = True
+    else:
+        for t in sorted((t for t in titles if t not in seen), key=el.entity_rank.__getitem__):
+            cost = cost_of([t], None)
+            if used + cost > budget:
+                out.complete = False
+                break
+            used += cost
+            add_entities([t])
+    return out
+
+
+def _report_text(number: int, report: Report) -> str:
+    lines = [f"## Report {number}: {report.title}", report.summary.strip()]
+    lines += [f"- {f.summary.strip()}: {f.explanation.strip()}" for f in report.findings]
+    return "\n".join(lines)
+
+
+@dataclass
+class _Community:
+    number: int
+    id: str
+    level: int
+    parent: int
+    children: list[int]
+    titles: list[str]
+    edge_ids: list[str]
+    size: int
+    carried: bool
+
+    def raw_tokens(self, el: _Elements) -> int:
+        """Size of all its element rows (entities, their claims, internal edges), no headers."""
+        return (sum(el.entity[t].tokens + sum(p.tokens for p in el.claims.get(t, [])) for t in self.titles)
+                + sum(el.edge[r].tokens for r in self.edge_ids))
+
+
+def _fits(text: str, budget: int) -> str:
+    """Line counts are estimates (tokens can merge across line breaks); cut the rare excess."""
+    return text if count_tokens(text) <= budget else truncate(text, budget)
+
+
+def _context(c: _Community, el: _Elements, communities: dict[int, _Community],
+                  reports: dict[int, Report], budget: int) -> tuple[str, bool]:
+    """The context for one community and whether sub-community reports were used."""
+    packed = _pack(el, c.titles, c.edge_ids, budget)
+    if packed.complete:
+        return _fits(packed.text(), budget), False
+    # Sub-communities with a report (copies of this community are not sub-communities).
+    subs = [communities[n] for n in c.children if n in reports and not communities[n].carried]
+    if not subs:
+        return _fits(packed.text(), budget), False
+
+    # +2: reports are separated by a blank line.
+    report_piece = {s.number: _Piece(t, count_tokens(t) + 2)
+                    for s in subs for t in [_report_text(s.number, reports[s.number])]}
+    # Largest element context first; a report that is no shorter than its elements saves nothing.
+    sizes = {s.number: s.raw_tokens(el) for s in subs}
+    order = sorted((s for s in subs if report_piece[s.number].tokens < sizes[s.number]),
+                   key=lambda s: (-sizes[s.number], s.number))
+    if not order:
+        return _fits(packed.text(), budget), False
+
+    # Replace sub-communities one at a time until the rest fits. A cheap lower bound on the
+    # remaining elements' size skips the exact packing until it can possibly succeed.
+    headers = sum(el.header_tokens[h] for h in (ENTITY_HEADER, CLAIM_HEADER, RELATIONSHIP_HEADER))
+    lower = c.raw_tokens(el) - headers
+    replaced: list[_Community] = []
+    report_tokens = el.header_tokens[REPORT_HEADER]
+    for sub in order:
+        replaced.append(sub)
+        lower -= sizes[sub.number]
+        report_tokens += report_piece[sub.number].tokens
+        if report_tokens > budget:
+            break
+        if report_tokens + lower > budget:
+            continue
+        titles, edge_ids = _remaining(c, replaced)
+        if _pack(el, titles, edge_ids, budget - report_tokens).complete:
+            break
+
+    # If even the reports overflow, keep the highest-rated ones (ties: larger sub-community).
+    kept, used = [], el.header_tokens[REPORT_HEADER]
+    for sub in sorted(replaced, key=lambda s: (-reports[s.number].rating, -sizes[s.number], s.number)):
+        if used + report_piece[sub.number].tokens <= budget:
+            kept.append(sub)
+            used += report_piece[sub.number].tokens
+    kept_set = {s.number for s in kept}
+    kept = [s for s in replaced if s.number in kept_set]  # present largest first
+    # Sub-communities whose report did not fit are left out entirely; their elements would
+    # not fit either (a report is shorter than the elements it replaces).
+    titles, edge_ids = _remaining(c, replaced)
+    rest = _pack(el, titles, edge_ids, max(0, budget - used)) if used < budget else _Packed()
+    parts = [REPORT_HEADER + "\n" + "\n\n".join(report_piece[s.number].text for s in kept)] if kept else []
+    if rest.entities or rest.edges:
+        parts.append(rest.text())
+    return _fits("\n\n".join(parts), budget), bool(kept)
+
+
+def _remaining(c: _Community, replaced: list[_Community]) -> tuple[list[str], list[str]]:
+    """Elements of `c` not told by the replaced sub-communities' reports: the entities of the
+    other sub-communities and every edge not inside one replaced sub-community (edges between
+    sub-communities are exactly what their reports cannot say)."""
+    covered = {t for s in replaced for t in s.titles}
+    inside = {r for s in replaced for r in s.edge_ids}
+    return [t for t in c.titles if t not in covered], [r for r in c.edge_ids if r not in inside]
+
+
+# -- reports ----------------------------------------------------------------------------------
+
+def _markdown(report: Report) -> str:
+    parts = [f"# {report.title}", report.summary]
+    for f in report.findings:
+        parts += [f"## {f.summary}", f.explanation]
+    return "\n\n".join(parts)
+
+
+def _clean(report: Report) -> Report:
+    rating = report.rating if math.isfinite(report.rating) else 0.0
+    return Report(
+        title=report.title.strip(), summary=report.summary.strip(),
+        rating=min(10.0, max(0.0, rating)), rating_explanation=report.rating_explanation.strip(),
+        findings=[Finding(summary=f.summary.strip(), explanation=f.explanation.strip())
+                  for f in report.findings[:MAX_FINDINGS]],
+    )
+
+
+def _row_of(c: _Community, report: Report, context_tokens: int, used_sub: bool, today: str) -> dict[str, Any]:
+    content_json = json.dumps(report.model_dump(), ensure_ascii=False, indent=2)
+    return {
+        "id": content_id("community_report", c.id, content_json),
+        "human_readable_id": c.number,
+        "community": c.number,
+        "level": c.level,
+        "parent": c.parent,
+        "children": list(c.children),
+        "title": report.title,
+        "summary": report.summary,
+        "full_content": _markdown(report),
+        "rank": report.rating,
+        "rating_explanation": report.rating_explanation,
+        "findings": [f.model_dump() for f in report.findings],
+        "full_content_json": content_json,
+        "period": today,
+        "size": c.size,
+        "context_tokens": context_tokens,
+        "used_sub_reports": used_sub,
+        "carried": c.carried,
+    }
+
+
+def _communities(communities: pd.DataFrame, el: _Elements) -> dict[int, _Community]:
+    out = {}
+    carried = communities["carried"] if "carried" in communities else [False] * len(communities)
+    for row, is_carried in zip(communities.itertuples(index=False), carried):
+        titles = list(dict.fromkeys(el.title_of[e] for e in row.entity_ids if e in el.title_of))
+        titles = [t for t in titles if t in el.entity]
+        edges = sorted((r for r in row.relationship_ids if r in el.edge), key=el.edge_rank.__getitem__)
+        n = int(row.community)
+        out[n] = _Community(
+            number=n, id=str(row.id), level=int(row.level), parent=int(row.parent),
+            children=[int(x) for x in row.children], titles=titles, edge_ids=edges,
+            size=int(getattr(row, "size", len(titles))), carried=bool(is_carried),
+        )
+    return out
+
+
+async def write_reports(
+    communities: pd.DataFrame,
+    entities: pd.DataFrame,
+    relationships: pd.DataFrame,
+    covariates: pd.DataFrame | None,
+    llm: ChatClient,
+    *,
+    settings: Settings,
+    language: str,
+    advance: Callable[[int], None] | None = None,
+) -> tuple[pd.DataFrame, list[str]]:
+    """Write one report per community, deepest level first. Returns the community_reports table
+    and the communities (numbers, as strings) whose report failed, carried copies included."""
+    if communities.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS}), []
+    el = _elements(entities, relationships, covariates)
+    comms = _communities(communities, el)
+    template = load_prompt("community_report", language, settings.root)
+    budget = settings.reports.max_input_tokens
+    today = dt.date.today().isoformat()
+    reports: dict[int, Report] = {}
+    rows: dict[int, dict[str, Any]] = {}
+    failed: list[int] = []
+
+    async def write(c: _Community) -> None:
+        context, used_sub = _context(c, el, comms, reports, budget)
+        messages = [{"role": "user", "content": render(template, input_text=context)}]
+        try:
+            report = await llm.structured(messages, Report, step=STEP, item=str(c.number),
+                                          max_tokens=settings.reports.max_tokens)
+        except LLMError:
+            failed.append(c.number)  # the client recorded it in usage too
+        else:
+            report = _clean(report)
+            reports[c.number] = report
+            rows[c.number] = _row_of(c, report, count_tokens(context), used_sub, today)
+        if advance:
+            advance(1)
+
+    for level in sorted({c.level for c in comms.values()}, reverse=True):
+        # Reports of this level are all written before the level above reads them.
+        await asyncio.gather(*(write(c) for c in comms.values() if c.level == level and not c.carried))
+
+    # Copies reuse the report of the community they copy (their nearest non-carried ancestor).
+    for c in sorted((c for c in comms.values() if c.carried), key=lambda c: (c.level, c.number)):
+        origin = c.parent
+        while origin in comms and comms[origin].carried:
+            origin = comms[origin].parent
+        if origin in rows:
+            src = rows[origin]
+            row = _row_of(c, reports[origin], src["context_tokens"], src["used_sub_reports"], today)
+            rows[c.number] = row
+        else:
+            failed.append(c.number)
+        if advance:
+            advance(1)
+
+    table = pd.DataFrame([rows[n] for n in sorted(rows)], columns=COLUMNS)
+    return table, [str(n) for n in sorted(failed)]

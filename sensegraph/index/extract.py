@@ -1,0 +1,291 @@
+"""Paper step 2.2: text units -> element instances (entities, relationships, optional claims).
+
+One JSON-schema structured call per text unit, then up to `max_gleanings` gleaning rounds. Each
+round first asks a yes/no "was anything missed?" question; on yes the model is asked, in the
+same conversation, for the *additional* records only. Every record of every round is kept as its
+own row (Microsoft concatenates gleaned text without a separator and loses records), and gleaned
+claims are kept too (Microsoft pays for them and throws them away).
+
+Entity types are an enum built from the settings at run time, so a server with constrained
+decoding cannot answer with a type the user did not configure. The prompt asks the model to write
+in the language of the text; nothing here forces English.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, create_model, field_validator
+
+from ..config import Settings
+from ..llm import ChatClient, LLMError
+from ..prompts import load_prompt, render
+
+ENTITY_COLUMNS = ["title", "type", "description", "text_unit_id", "round"]
+RELATIONSHIP_COLUMNS = ["source", "target", "description", "strength", "text_unit_id", "round"]
+CLAIM_COLUMNS = ["subject", "object", "type", "status", "start_date", "end_date", "description",
+                 "source_text", "text_unit_id", "round"]
+
+# A yes/no answer is a handful of tokens; a small cap stops a small model from rambling.
+CHECK_MAX_TOKENS = 20
+CLAIM_STATUSES = ("TRUE", "FALSE", "SUSPECTED")
+
+
+@dataclass
+class ExtractionResult:
+    entities: pd.DataFrame       # title, type, description, text_unit_id, round (one row per instance)
+    relationships: pd.DataFrame  # source, target, description, strength (1-10), text_unit_id, round
+    claims: pd.DataFrame         # subject, object, type, status, start_date, end_date, description,
+                                 # source_text, text_unit_id, round
+    failed: list[str]            # text unit ids whose extraction failed (or is incomplete) after all retries
+    self_loops: int = 0          # relationships dropped because source == target after normalisation
+    empty_names: int = 0         # records dropped because a name (or endpoint) was empty
+    stats: dict[str, int] = field(default_factory=dict)  # records per round kind, for the pipeline report
+
+
+# -- schemas --------------------------------------------------------------------------------------
+
+class GleanCheck(BaseModel):
+    """Answer to "were any entities or relationships missed?"."""
+    missed: bool
+
+
+class ClaimGleanCheck(BaseModel):
+    """Answer to "were any claims missed?" (a separate name so logs and tests can tell them apart)."""
+    missed: bool
+
+
+class Claim(BaseModel):
+    subject: str
+    object: str  # "" when the claim has no object
+    type: str
+    status: Literal["TRUE", "FALSE", "SUSPECTED"]
+    start_date: str  # ISO-8601 or ""
+    end_date: str    # ISO-8601 or ""
+    description: str
+    source_text: str
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _status_case(cls, v: Any) -> Any:
+        return v.strip().upper() if isinstance(v, str) else v
+
+
+class ExtractedClaims(BaseModel):
+    claims: list[Claim]
+
+
+def normalize_name(name: str) -> str:
+    """The merge key of a name: trimmed, inner whitespace collapsed, case-folded."""
+    return " ".join(str(name).split()).casefold()
+
+
+def clean_name(name: str) -> str:
+    """A name as displayed: trimmed with inner whitespace collapsed, case kept."""
+    return " ".join(str(name).split())
+
+
+def graph_schema(entity_types: list[str]) -> type[BaseModel]:
+    """The extraction schema with `type` restricted to the configured entity types.
+
+    The types become a JSON-schema enum, which constrained decoding (OpenAI strict mode,
+    llama.cpp grammars) enforces. For servers without it (JSON mode + repair), a validator maps
+    case and surrounding space variants ("PERSON ", "Person") onto the configured spelling; any
+    other type fails validation and the client retries the call."""
+    types = tuple(dict.fromkeys(t.strip() for t in entity_types if t.strip()))
+    by_key = {t.casefold(): t for t in types}
+
+    def _type_variant(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return by_key.get(v.strip().casefold(), v)
+        return v
+
+    entity = create_model(
+        "Entity",
+        name=(str, ...),
+        type=(Literal[types], ...),  # type: ignore[valid-type]
+        description=(str, ...),
+        __validators__={"_type_variant": field_validator("type", mode="before")(_type_variant)},
+    )
+    relationship = create_model(
+        "Relationship",
+        source=(str, ...),
+        target=(str, ...),
+        description=(str, ...),
+        # No min/max in the schema (not every strict mode accepts them): clamped to 1-10 on read.
+        strength=(int, ...),
+    )
+    return create_model("ExtractedGraph", entities=(list[entity], ...),  # type: ignore[valid-type]
+                        relationships=(list[relationship], ...))  # type: ignore[valid-type]
+
+
+# -- extraction -----------------------------------------------------------------------------------
+
+@dataclass
+class _UnitResult:
+    entities: list[dict[str, Any]] = field(default_factory=list)
+    relationships: list[dict[str, Any]] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    failed: bool = False
+    gleaned: int = 0  # gleaning rounds that returned records
+
+
+async def _glean(
+    llm: ChatClient, messages: list[dict[str, str]], first: BaseModel, schema: type[BaseModel],
+    check_schema: type[BaseModel], *, rounds: int, check_prompt: str, continue_prompt: str,
+    step: str, item: str, max_tokens: int,
+) -> list[BaseModel]:
+    """The first answer plus every gleaned answer, in order. The conversation carries every
+    previous answer so the model knows what it already gave."""
+    answers = [first]
+    history = messages + [{"role": "assistant", "content": first.model_dump_json()}]
+    for _ in range(rounds):
+        check = await llm.structured(history + [{"role": "user", "content": check_prompt}], check_schema,
+                                     step=step, item=item, max_tokens=CHECK_MAX_TOKENS)
+        if not check.missed:
+            break
+        history = history + [{"role": "user", "content": continue_prompt}]
+        more = await llm.structured(history, schema, step=step, item=item, max_tokens=max_tokens)
+        answers.append(more)
+        history = history + [{"role": "assistant", "content": more.model_dump_json()}]
+    return answers
+
+
+def _entity_rows(answer: BaseModel, unit_id: str, rnd: int, out: _UnitResult, counts: dict[str, int]) -> None:
+    for e in answer.entities:  # type: ignore[attr-defined]
+        name = clean_name(e.name)
+        if not name:
+            counts["empty_names"] += 1
+            continue
+        out.entities.append({"title": name, "type": e.type, "description": e.description.strip(),
+                             "text_unit_id": unit_id, "round": rnd})
+    for r in answer.relationships:  # type: ignore[attr-defined]
+        source, target = clean_name(r.source), clean_name(r.target)
+        if not source or not target:
+            counts["empty_names"] += 1
+            continue
+        if normalize_name(source) == normalize_name(target):
+            counts["self_loops"] += 1
+            continue
+        out.relationships.append({"source": source, "target": target, "description": r.description.strip(),
+                                  "strength": min(10, max(1, int(r.strength))), "text_unit_id": unit_id,
+                                  "round": rnd})
+
+
+def _claim_rows(answer: ExtractedClaims, unit_id: str, rnd: int, out: _UnitResult, counts: dict[str, int]) -> None:
+    for c in answer.claims:
+        subject = clean_name(c.subject)
+        if not subject:
+            counts["empty_names"] += 1
+            continue
+        out.claims.append({
+            "subject": subject, "object": clean_name(c.object), "type": c.type.strip(), "status": c.status,
+            "start_date": c.start_date.strip(), "end_date": c.end_date.strip(),
+            "description": c.description.strip(), "source_text": c.source_text.strip(),
+            "text_unit_id": unit_id, "round": rnd,
+        })
+
+
+async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Settings,
+                        schema: type[BaseModel], prompts: dict[str, str], counts: dict[str, int]) -> _UnitResult:
+    ex = settings.extraction
+    out = _UnitResult()
+    types = ", ".join(ex.entity_types)
+    messages = [{"role": "user", "content": render(prompts["extract_graph"], entity_types=types,
+                                                    examples=prompts["examples_graph"].strip(), text=text)}]
+    try:
+        first = await llm.structured(messages, schema, step="extract", item=unit_id, max_tokens=ex.max_tokens)
+    except LLMError:
+        out.failed = True
+        return out
+    answers = [first]
+    try:
+        answers = await _glean(llm, messages, first, schema, GleanCheck, rounds=ex.max_gleanings,
+                               check_prompt=prompts["glean_check"], continue_prompt=prompts["glean_continue"],
+                               step="extract", item=unit_id, max_tokens=ex.max_tokens)
+    except LLMError:
+        # The records already received are kept; the unit is reported as incomplete.
+        out.failed = True
+    for rnd, answer in enumerate(answers):
+        _entity_rows(answer, unit_id, rnd, out, counts)
+    out.gleaned = len(answers) - 1
+
+    if ex.claims:
+        names = ", ".join(dict.fromkeys(e["title"] for e in out.entities)) or "-"
+        claim_messages = [{"role": "user", "content": render(
+            prompts["extract_claims"], entity_names=names, claim_description=ex.claim_description,
+            text=text)}]
+        try:
+            first_claims = await llm.structured(claim_messages, ExtractedClaims, step="claims", item=unit_id,
+                                                max_tokens=ex.max_tokens)
+        except LLMError:
+            out.failed = True
+            return out
+        claim_answers: list[BaseModel] = [first_claims]
+        try:
+            claim_answers = await _glean(llm, claim_messages, first_claims, ExtractedClaims, ClaimGleanCheck,
+                                         rounds=ex.max_gleanings, check_prompt=prompts["glean_check"],
+                                         continue_prompt=prompts["glean_continue"], step="claims",
+                                         item=unit_id, max_tokens=ex.max_tokens)
+        except LLMError:
+            out.failed = True
+        for rnd, answer in enumerate(claim_answers):
+            _claim_rows(answer, unit_id, rnd, out, counts)  # type: ignore[arg-type]
+    return out
+
+
+async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: Settings, language: str,
+                        advance: Callable[[int], None] | None = None) -> ExtractionResult:
+    """Entity, relationship (and, if configured, claim) instances of every text unit.
+
+    `text_units` needs `id` and `text`. Rows come out in text-unit order, then gleaning round,
+    then the model's order, whatever order the concurrent calls finish in. A unit whose first
+    call fails for good is in `failed` with no records; a unit whose gleaning or claim call fails
+    keeps the records it already has and is also in `failed` (its extraction is incomplete)."""
+    names = ["extract_graph", "examples_graph", "glean_check", "glean_continue"]
+    if settings.extraction.claims:
+        names.append("extract_claims")
+    prompts = {n: load_prompt(n, language, settings.root) for n in names}
+    schema = graph_schema(settings.extraction.entity_types)
+    counts = {"self_loops": 0, "empty_names": 0}
+
+    async def one(unit_id: str, text: str) -> _UnitResult:
+        try:
+            return await _extract_unit(unit_id, text, llm, settings, schema, prompts, counts)
+        finally:
+            if advance:
+                advance(1)
+
+    ids = [str(i) for i in text_units["id"]]
+    results = await asyncio.gather(*(one(i, str(t)) for i, t in zip(ids, text_units["text"])))
+
+    entities = [row for r in results for row in r.entities]
+    relationships = [row for r in results for row in r.relationships]
+    claims = [row for r in results for row in r.claims]
+    return ExtractionResult(
+        entities=pd.DataFrame(entities, columns=ENTITY_COLUMNS),
+        relationships=pd.DataFrame(relationships, columns=RELATIONSHIP_COLUMNS),
+        claims=pd.DataFrame(claims, columns=CLAIM_COLUMNS),
+        failed=[i for i, r in zip(ids, results) if r.failed],
+        self_loops=counts["self_loops"],
+        empty_names=counts["empty_names"],
+        stats={
+            "units": len(ids),
+            "entity_instances": len(entities),
+            "relationship_instances": len(relationships),
+            "claim_instances": len(claims),
+            "gleaned_records": sum(1 for row in entities + relationships + claims if row["round"] > 0),
+            "units_gleaned": sum(1 for r in results if r.gleaned),
+        },
+    )
+
+
+def describe_schema(entity_types: list[str]) -> str:
+    """The extraction JSON schema as sent to the server (for `sensegraph prompts` / debugging)."""
+    from ..llm import strict_schema
+
+    return json.dumps(strict_schema(graph_schema(entity_types)), ensure_ascii=False, indent=2)

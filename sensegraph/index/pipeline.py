@@ -1,0 +1,273 @@
+"""The indexing pipeline: the paper's steps in order, with checkpoints and stats.
+
+Each step reads tables and writes tables. A step whose inputs and settings are unchanged since
+its last successful run is skipped (its tables are read back); inside a step, finished LLM calls
+come from the cache. So an interrupted run, rerun, repeats no paid work.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..config import Settings
+from ..language import resolve_language
+from ..llm import Usage, open_cache, open_chat, open_embedder
+from ..store.tables import read_table, write_json_atomic, write_table
+from . import community_reports, communities, documents, embed, extract, summarize, text_units
+
+# Bar(description, total) -> advance(n)
+BarFactory = Callable[[str, int], Callable[[int], None]]
+STATE_FILE = "state.json"
+WORK_DIR = "_work"  # intermediate tables (extraction instances), kept for incremental updates
+
+
+class IndexFailed(RuntimeError):
+    """Some items failed after every retry; the message lists them all."""
+
+    def __init__(self, failures: dict[str, list[str]], stats_path: Path):
+        self.failures = failures
+        lines = [f"  {step}: {len(ids)} failed: {', '.join(map(str, ids[:20]))}{' …' if len(ids) > 20 else ''}"
+                 for step, ids in failures.items() if ids]
+        super().__init__("indexing finished with failures (every failed item is listed in "
+                         f"{stats_path}):\n" + "\n".join(lines) +
+                         "\nRerun `sensegraph index` to retry only these (finished work comes from the cache), "
+                         "or pass --allow-partial to accept the gap.")
+
+
+@dataclass
+class IndexResult:
+    output_dir: Path
+    tables: dict[str, pd.DataFrame]
+    stats: dict[str, Any]
+    failures: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _no_bar(description: str, total: int) -> Callable[[int], None]:
+    return lambda n=1: None
+
+
+def _fingerprint(*parts: Any) -> str:
+    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def _ids_fingerprint(df: pd.DataFrame, *columns: str) -> str:
+    h = hashlib.sha256()
+    for col in columns or ("id",):
+        for v in df[col].astype(str):
+            h.update(v.encode())
+            h.update(b"\x1f")
+    return h.hexdigest()[:32]
+
+
+class _Checkpoints:
+    """Remembers, per step, the fingerprint of the inputs its stored tables were made from."""
+
+    def __init__(self, output_dir: Path):
+        self.path = output_dir / STATE_FILE
+        self.state: dict[str, str] = json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def done(self, step: str, fingerprint: str, tables: list[Path]) -> bool:
+        return self.state.get(step) == fingerprint and all(p.exists() for p in tables)
+
+    def mark(self, step: str, fingerprint: str) -> None:
+        self.state[step] = fingerprint
+        write_json_atomic(self.path, self.state)
+
+
+async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Callable[[str], None] = print,
+                    cache: bool | None = None, allow_partial: bool = False) -> IndexResult:
+    out = settings.path(settings.output_dir)
+    work = out / WORK_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoints = _Checkpoints(out)
+    usage = Usage(settings.chat.price_per_1k_prompt, settings.chat.price_per_1k_completion)
+    answer_cache = open_cache(settings, cache)
+    llm = open_chat(settings, cache=answer_cache, usage=usage)
+    embedder = open_embedder(settings, cache=answer_cache, usage=usage)
+    stats: dict[str, Any] = {"steps": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    failures: dict[str, list[str]] = {}
+
+    @contextmanager
+    def timed(step: str):
+        t0 = time.perf_counter()
+        entry: dict[str, Any] = {}
+        stats["steps"][step] = entry
+        yield entry
+        entry["seconds"] = round(time.perf_counter() - t0, 3)
+
+    # 1. documents -> 2. text units (no LLM; cheap, always recomputed to see input changes)
+    with timed("documents") as st:
+        docs = documents.load_documents(settings, warn=lambda m: log(f"warning: {m}"))
+        st["documents"] = len(docs)
+    language = resolve_language(settings.language, docs["text"])
+    stats["language"] = language
+    with timed("text_units") as st:
+        units = text_units.make_text_units(docs, size=settings.chunks.size, overlap=settings.chunks.overlap)
+        units = units.reset_index(drop=True)
+        by_doc = units.groupby("document_id")["id"].apply(list)
+        docs["text_unit_ids"] = [by_doc.get(d, []) for d in docs["id"]]
+        st["text_units"] = len(units)
+        st["tokens"] = int(units["n_tokens"].sum())
+
+    # 3. extraction of element instances (one call per text unit, plus gleaning)
+    model_id = (settings.chat.provider, settings.chat.model, settings.local.size if settings.chat.provider == "local" else "")
+    fp_extract = _fingerprint(_ids_fingerprint(units), settings.extraction.model_dump(), language, model_id,
+                              _prompt_fingerprint(settings, language, ["extract_graph", "glean_check",
+                                                                       "glean_continue", "examples_graph",
+                                                                       "extract_claims"]))
+    inst_paths = [work / f"{n}.parquet" for n in ("entity_instances", "relationship_instances", "claim_instances")]
+    with timed("extract") as st:
+        if checkpoints.done("extract", fp_extract, inst_paths):
+            extraction = extract.ExtractionResult(
+                *(pd.read_parquet(p) for p in inst_paths), failed=[])
+            st["skipped"] = True
+        else:
+            extraction = await extract.extract_graph(units, llm, settings=settings, language=language,
+                                                     advance=bar("extract", len(units)))
+            work.mkdir(parents=True, exist_ok=True)
+            for p, df in zip(inst_paths, (extraction.entities, extraction.relationships, extraction.claims)):
+                _atomic_parquet(df, p)
+            if not extraction.failed:
+                checkpoints.mark("extract", fp_extract)
+        failures["extract"] = list(extraction.failed)
+        st.update(entity_instances=len(extraction.entities), relationship_instances=len(extraction.relationships),
+                  claim_instances=len(extraction.claims))
+
+    # 4. merge + summarise into entities, relationships, claims (covariates)
+    fp_summary = _fingerprint(fp_extract, _ids_fingerprint(extraction.entities, "title", "description"),
+                              _ids_fingerprint(extraction.relationships, "source", "target", "description"),
+                              settings.summarize.model_dump(), _prompt_fingerprint(settings, language, ["summarize_descriptions"]))
+    with timed("summarize") as st:
+        names = ["entities", "relationships", "covariates"]
+        if checkpoints.done("summarize", fp_summary, [out / f"{n}.parquet" for n in names]):
+            entities, relationships, covariates = (read_table(out, n) for n in names)
+            st["skipped"] = True
+        else:
+            n_items = extraction.entities["title"].nunique() + len(extraction.relationships)
+            entities, relationships, covariates, failed = await summarize.summarize_graph(
+                extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items))
+            failures["summarize"] = list(failed)
+            for name, df in zip(names, (entities, relationships, covariates)):
+                write_table(df, out, name)
+            if not failed:
+                checkpoints.mark("summarize", fp_summary)
+        st.update(entities=len(entities), relationships=len(relationships), claims=len(covariates))
+
+    # text units and documents learn which elements they gave rise to
+    units = _link_text_units(units, entities, relationships, covariates)
+    write_table(docs, out, "documents")
+    write_table(units, out, "text_units")
+
+    # 5. communities (hierarchical Leiden), every level a complete partition
+    fp_comm = _fingerprint(fp_summary, _ids_fingerprint(entities), _ids_fingerprint(relationships, "id", "weight"),
+                           settings.communities.model_dump())
+    with timed("communities") as st:
+        if checkpoints.done("communities", fp_comm, [out / "communities.parquet"]):
+            comms = read_table(out, "communities")
+            st["skipped"] = True
+        else:
+            comms = communities.build_communities(entities, relationships,
+                                                  max_cluster_size=settings.communities.max_cluster_size,
+                                                  seed=settings.communities.seed)
+            write_table(comms, out, "communities")
+            checkpoints.mark("communities", fp_comm)
+        st["per_level"] = {int(k): int(v) for k, v in comms.groupby("level").size().items()}
+
+    # 6. community reports, bottom-up
+    fp_reports = _fingerprint(fp_comm, _ids_fingerprint(comms), _ids_fingerprint(entities, "id", "description"),
+                              settings.reports.model_dump(), _prompt_fingerprint(settings, language, ["community_report"]))
+    with timed("community_reports") as st:
+        if checkpoints.done("community_reports", fp_reports, [out / "community_reports.parquet"]):
+            reports = read_table(out, "community_reports")
+            st["skipped"] = True
+        else:
+            reports, failed = await community_reports.write_reports(
+                comms, entities, relationships, covariates, llm, settings=settings, language=language,
+                advance=bar("community reports", len(comms)))
+            failures["community_reports"] = [str(f) for f in failed]
+            write_table(reports, out, "community_reports")
+            if not failed:
+                checkpoints.mark("community_reports", fp_reports)
+        st["reports"] = len(reports)
+
+    # 7. embeddings for search
+    tables = {"documents": docs, "text_units": units, "entities": entities, "relationships": relationships,
+              "covariates": covariates, "communities": comms, "community_reports": reports}
+    with timed("embed") as st:
+        st["vectors"] = await embed.embed_tables(tables, embedder, out,
+                                                 advance=bar("embeddings", embed.embedding_count(tables)))
+
+    await llm.aclose()
+    stats["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    stats["llm"] = usage.as_dict()
+    for step, entry in stats["steps"].items():
+        step_usage = usage.steps.get({"extract": "extract", "summarize": "summarize",
+                                      "community_reports": "report", "embed": "embed"}.get(step, ""))
+        if step_usage is not None:
+            entry.update(calls=step_usage.calls, cache_hits=step_usage.cache_hits,
+                         prompt_tokens=step_usage.prompt_tokens, completion_tokens=step_usage.completion_tokens,
+                         retries=step_usage.retries)
+        entry["failures"] = failures.get(step, [])
+    failures = {k: v for k, v in failures.items() if v}
+    stats["failures"] = failures
+    stats["partial"] = bool(failures)
+    stats_path = out / "stats.json"
+    write_json_atomic(stats_path, stats)
+    if answer_cache is not None:
+        answer_cache.close()
+    if failures and not allow_partial:
+        raise IndexFailed(failures, stats_path)
+    return IndexResult(out, tables, stats, failures)
+
+
+def _atomic_parquet(df: pd.DataFrame, path: Path) -> None:
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(fd)
+    try:
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _prompt_fingerprint(settings: Settings, language: str, names: list[str]) -> str:
+    from ..prompts import load_prompt
+
+    texts = []
+    for n in names:
+        try:
+            texts.append(load_prompt(n, language, settings.root))
+        except FileNotFoundError:
+            texts.append("")
+    return _fingerprint(texts)
+
+
+def _link_text_units(units: pd.DataFrame, entities: pd.DataFrame, relationships: pd.DataFrame,
+                     covariates: pd.DataFrame) -> pd.DataFrame:
+    units = units.copy()
+    links: dict[str, dict[str, list[str]]] = {c: {} for c in ("entity_ids", "relationship_ids")}
+    for col, df in (("entity_ids", entities), ("relationship_ids", relationships)):
+        for eid, tus in zip(df["id"], df["text_unit_ids"]):
+            for tu in tus:
+                links[col].setdefault(tu, []).append(eid)
+    cov: dict[str, list[str]] = {}
+    for cid, tu in zip(covariates.get("id", []), covariates.get("text_unit_id", [])):
+        cov.setdefault(tu, []).append(cid)
+    units["entity_ids"] = [links["entity_ids"].get(t, []) for t in units["id"]]
+    units["relationship_ids"] = [links["relationship_ids"].get(t, []) for t in units["id"]]
+    units["covariate_ids"] = [cov.get(t, []) for t in units["id"]]
+    return units

@@ -1,0 +1,142 @@
+"""Step 2 of indexing (paper 2.1): documents -> text units.
+
+Each document is cut into windows of `size` cl100k tokens that overlap by `overlap` tokens
+(paper: 600/100). Windows are cut on the *bytes* of token boundaries, never by decoding token
+slices: a Chinese character often spans two or three tokens, and decoding half of it would
+produce replacement characters or drop it. An edge that falls inside a UTF-8 character is moved
+back to the start of that character, so every unit is an exact substring of its document and
+consecutive units together cover every character.
+
+Each document is encoded once; unit texts are re-counted so `n_tokens` is the true count.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from ..store.tables import content_id
+from ..tokens import encode, encoding
+
+COLUMNS = ["id", "human_readable_id", "text", "n_tokens", "document_id", "document_ids", "chunk_index"]
+
+
+@lru_cache(maxsize=1)
+def _token_byte_lengths() -> np.ndarray:
+    """Byte length of every token id (0 for unused ids), so offsets are one cumsum away."""
+    enc = encoding()
+    lengths = np.zeros(enc.n_vocab, dtype=np.int64)
+    for t in range(enc.n_vocab):
+        try:
+            lengths[t] = len(enc.decode_single_token_bytes(t))
+        except KeyError:
+            pass
+    return lengths
+
+
+def _byte_offsets(tokens: list[int]) -> np.ndarray:
+    """offsets[i] = byte position where token i starts; offsets[len(tokens)] = total bytes."""
+    lengths = _token_byte_lengths()
+    ids = np.asarray(tokens, dtype=np.int64)
+    offsets = np.zeros(len(tokens) + 1, dtype=np.int64)
+    if len(tokens):
+        np.cumsum(lengths[ids], out=offsets[1:])
+    return offsets
+
+
+def _char_start(data: bytes, pos: int) -> int:
+    """Move `pos` back to the first byte of the UTF-8 character it falls in."""
+    while 0 < pos < len(data) and (data[pos] & 0xC0) == 0x80:
+        pos -= 1
+    return pos
+
+
+def split_text(text: str, *, size: int, overlap: int) -> list[tuple[int, str, int]]:
+    """Cut one text into windows; returns (start character offset, unit text, n_tokens) tuples.
+
+    Every unit has at most `size` tokens (unless one character alone needs more, which only
+    happens with tiny sizes); consecutive units share about `overlap` tokens.
+    """
+    if size < 1 or not 0 <= overlap < size:
+        raise ValueError(f"need size >= 1 and 0 <= overlap < size (got size={size}, overlap={overlap})")
+    tokens = encode(text)
+    if not tokens:
+        return []
+    data = text.encode("utf-8")
+    offsets = _byte_offsets(tokens)
+    assert offsets[-1] == len(data), "token bytes must add up to the text's bytes"
+    n = len(tokens)
+    units: list[tuple[int, str, int]] = []
+    start = 0
+    char_pos, byte_pos = 0, 0  # the character offset of byte_pos, advanced unit by unit
+    while True:
+        end = min(start + size, n)
+        while True:
+            lo = _char_start(data, int(offsets[start]))
+            hi = _char_start(data, int(offsets[end]))
+            if hi <= lo:  # the window lies inside one character: take the whole character
+                end += 1
+                continue
+            piece = data[lo:hi].decode("utf-8")
+            count = len(encode(piece))
+            # Re-encoding a slice can differ from the window by a token at its edges; shrink
+            # rather than exceed the size the user asked for.
+            if count > size and end - start > 1:
+                end -= 1
+                continue
+            break
+        char_pos += len(data[byte_pos:lo].decode("utf-8"))
+        byte_pos = lo
+        units.append((char_pos, piece, count))
+        if end >= n:
+            return units
+        start = max(end - overlap, start + 1)
+
+
+def make_text_units(documents: pd.DataFrame, *, size: int, overlap: int) -> pd.DataFrame:
+    """Cut every document into text units; returns the text_units table.
+
+    Columns: id, human_readable_id, text, n_tokens, document_id, document_ids ([document_id],
+    as Microsoft GraphRAG 2.x wrote it) and chunk_index (position inside the document).
+    Documents are taken in human_readable_id order (or row order without it); human_readable_id
+    of units is 0..n-1 in (document, position) order. id = content_id(document id, text), so
+    ids are stable across runs.
+
+    The documents table is not modified: call `link_documents(documents, units)` to get a copy
+    whose `text_unit_ids` lists each document's units. Keeping the two apart lets this function
+    stay a pure documents -> text units step.
+    """
+    if size < 1 or not 0 <= overlap < size:
+        raise ValueError(f"need size >= 1 and 0 <= overlap < size (got size={size}, overlap={overlap})")
+    docs = documents.sort_values("human_readable_id", kind="stable") if "human_readable_id" in documents else documents
+    rows: list[dict] = []
+    for doc_id, text in zip(docs["id"], docs["text"]):
+        used: set[str] = set()
+        for index, (_, piece, count) in enumerate(split_text(text or "", size=size, overlap=overlap)):
+            unit_id = content_id(doc_id, piece)
+            if unit_id in used:  # a passage repeated verbatim in one document
+                unit_id = content_id(doc_id, piece, str(index))
+            used.add(unit_id)
+            rows.append({
+                "id": unit_id,
+                "human_readable_id": len(rows),
+                "text": piece,
+                "n_tokens": count,
+                "document_id": doc_id,
+                "document_ids": [doc_id],
+                "chunk_index": index,
+            })
+    units = pd.DataFrame(rows, columns=COLUMNS)
+    return units.astype({"human_readable_id": "int64", "n_tokens": "int64", "chunk_index": "int64"})
+
+
+def link_documents(documents: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
+    """A copy of `documents` whose text_unit_ids lists each document's units in position order."""
+    ordered = units.sort_values("human_readable_id", kind="stable")
+    by_doc: dict[str, list[str]] = {}
+    for unit_id, doc_id in zip(ordered["id"], ordered["document_id"]):
+        by_doc.setdefault(doc_id, []).append(unit_id)
+    out = documents.copy()
+    out["text_unit_ids"] = [by_doc.get(d, []) for d in out["id"]]
+    return out

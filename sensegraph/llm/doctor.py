@@ -1,0 +1,218 @@
+"""`sensegraph doctor`: call each configured model once and say what works and what to fix.
+
+Checks, in order: the chat model with a plain prompt (latency, prompt and generation speed),
+the chat model with a tiny structured request (does JSON-schema output work?), and the
+embedding model. A failure becomes one sentence naming the setting to change. API keys are
+never printed.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import openai
+from pydantic import BaseModel
+
+from ..config import ModelSettings, Settings
+from . import open_chat, open_embedder
+from .client import LLMError
+
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    latency_s: float | None = None
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+class _Capital(BaseModel):
+    country: str
+    capital: str
+
+
+def _safe_url(url: str | None) -> str:
+    """The URL without user:password@, which may hold a secret."""
+    if not url:
+        return OPENAI_URL
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        parts = parts._replace(netloc=netloc)
+    return urlunsplit(parts)
+
+
+def _scrub(text: str, settings: Settings) -> str:
+    for key in (settings.chat.api_key, settings.embedding.api_key):
+        if key and len(key) >= 4:
+            text = text.replace(key, "***")
+    return text
+
+
+def _missing_key(m: ModelSettings) -> bool:
+    return m.provider == "openai" and not m.api_key and (not m.base_url or "openai.com" in m.base_url)
+
+
+def _fix(exc: BaseException, section: str, m: ModelSettings, base_url: str | None) -> str:
+    """One sentence saying what to change."""
+    url = _safe_url(base_url or m.base_url)
+    reason = exc.reason if isinstance(exc, LLMError) else ""
+    if isinstance(exc, openai.AuthenticationError) or "(401)" in reason:
+        return f"the server at {url} refused the API key (401); set OPENAI_API_KEY in .env or {section}.api_key in settings.yaml"
+    if isinstance(exc, openai.NotFoundError) or "(404)" in reason:
+        return (f"{url} does not know the model {m.model!r} (404); fix {section}.model "
+                f"(for Azure, the deployment name) or {section}.base_url")
+    if isinstance(exc, openai.APIConnectionError) or "could not reach the server" in reason:
+        return f"nothing answers at {url}; start the server or fix {section}.base_url"
+    if isinstance(exc, openai.APITimeoutError) or "timed out" in reason:
+        return f"{url} did not answer within {m.timeout:.0f}s; check the server or raise {section}.timeout"
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text
+
+
+def _target(settings: Settings, section: str, base_url: str | None, model: str) -> str:
+    m = getattr(settings, section)
+    if m.provider == "local":
+        return f"embedded {model}"
+    return f"{_safe_url(base_url or m.base_url)} model {model}"
+
+
+def _short(settings: Settings) -> Settings:
+    """A copy that fails fast: doctor should answer in seconds, not after six back-offs."""
+    s = settings.model_copy(deep=True)
+    for m in (s.chat, s.embedding):
+        m.max_retries = min(m.max_retries, 1)
+        m.timeout = min(m.timeout, 120.0)
+        m.retry_base_seconds = min(m.retry_base_seconds, 0.5)
+    return s
+
+
+async def _check_chat(settings: Settings) -> list[Check]:
+    m = settings.chat
+    if _missing_key(m):
+        sentence = "no API key for api.openai.com; set OPENAI_API_KEY in .env or chat.api_key in settings.yaml"
+        return [Check("chat", False, sentence), Check("structured output", False, "skipped: the chat model is not reachable")]
+    client = open_chat(settings, cache=None)
+    checks: list[Check] = []
+    try:
+        # Resolving the endpoint starts the embedded server; time it apart from the request.
+        t0 = time.perf_counter()
+        try:
+            raw = await client._openai()
+        except Exception as exc:  # noqa: BLE001 - the embedded model may fail in many ways
+            checks.append(Check("chat", False, _scrub(_fix(exc, "chat", m, None), settings)))
+            checks.append(Check("structured output", False, "skipped: the chat model is not reachable"))
+            return checks
+        setup_s = time.perf_counter() - t0
+        base_url, model = client._base_url, client.model
+        target = _target(settings, "chat", base_url, model)
+        figures: dict[str, Any] = {}
+        if m.provider == "local":
+            from .embedded import TIMINGS
+
+            t = TIMINGS.get(settings.local.size, {})
+            figures["join s"] = round(t.get("join_s", 0.0), 2)
+            figures["verify s"] = round(t.get("verify_s", 0.0), 3)
+            figures["load s"] = round(t.get("load_s", setup_s), 2)
+            figures["url"] = base_url
+
+        messages = [{"role": "user", "content": "In one sentence: what is a knowledge graph?"}]
+        t0 = time.perf_counter()
+        try:
+            reply = await raw.chat.completions.create(model=model, messages=messages, max_tokens=48,
+                                                      temperature=0.0)
+        except openai.OpenAIError as exc:
+            checks.append(Check("chat", False, _scrub(_fix(exc, "chat", m, base_url), settings)))
+            checks.append(Check("structured output", False, "skipped: the chat model is not reachable"))
+            return checks
+        latency = time.perf_counter() - t0
+        u = reply.usage
+        figures["prompt tokens"] = u.prompt_tokens if u else None
+        figures["generated tokens"] = u.completion_tokens if u else None
+        timings = (reply.model_extra or {}).get("timings") or {}
+        if timings:  # llama.cpp reports its own speeds, which exclude HTTP and queueing
+            figures["prompt tok/s"] = round(timings.get("prompt_per_second") or 0.0, 1)
+            figures["generation tok/s"] = round(timings.get("predicted_per_second") or 0.0, 1)
+        elif u and u.completion_tokens:
+            figures["generation tok/s (incl. prompt)"] = round(u.completion_tokens / latency, 1)
+        answer = (reply.choices[0].message.content or "").strip() if reply.choices else ""
+        ok = bool(answer)
+        detail = f"{target}: " + (repr(answer[:80]) if ok else "the server answered with no text")
+        checks.append(Check("chat", ok, detail, latency, figures))
+
+        t0 = time.perf_counter()
+        try:
+            capital = await client.structured(
+                [{"role": "user", "content": "Which country is Paris the capital of? Answer as JSON."}],
+                _Capital, step="doctor", max_tokens=64)
+            mode = client._mode
+            checks.append(Check("structured output", True,
+                                capital.model_dump_json(), time.perf_counter() - t0, {"mode": mode}))
+        except LLMError as exc:
+            checks.append(Check("structured output", False,
+                                _scrub(f"no schema-valid answer: {_fix(exc, 'chat', m, base_url)}; "
+                                       "try chat.structured_output: json_mode", settings),
+                                time.perf_counter() - t0))
+    finally:
+        await client.aclose()
+    return checks
+
+
+async def _check_embedding(settings: Settings) -> Check:
+    m = settings.embedding
+    if _missing_key(m):
+        return Check("embeddings", False,
+                     "no API key for api.openai.com; set OPENAI_API_KEY in .env or embedding.api_key in settings.yaml")
+    embedder = open_embedder(settings, cache=None)
+    target = _target(settings, "embedding", m.base_url, embedder.model)
+    t0 = time.perf_counter()
+    try:
+        vectors = await embedder.embed(["What did Scrooge see on Christmas Eve?"], kind="query", step="doctor")
+    except Exception as exc:  # noqa: BLE001 - report any failure as one sentence
+        return Check("embeddings", False, _scrub(_fix(exc, "embedding", m, None), settings))
+    finally:
+        await embedder.aclose()
+    latency = time.perf_counter() - t0
+    return Check("embeddings", True, f"{target}: {vectors.shape[1]} dimensions", latency,
+                 {"dimensions": int(vectors.shape[1])})
+
+
+async def run_doctor(settings: Settings) -> list[Check]:
+    """Call the chat model (plain and structured) and the embedding model once each."""
+    settings = _short(settings)
+    checks = await _check_chat(settings)
+    checks.append(await _check_embedding(settings))
+    return checks
+
+
+def print_report(checks: list[Check]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="sensegraph doctor", show_lines=True)
+    table.add_column("check")
+    table.add_column("", justify="center")
+    table.add_column("what happened", overflow="fold")
+    table.add_column("latency", justify="right")
+    for c in checks:
+        detail = escape(c.detail)
+        if c.figures:
+            detail += "\n" + "  ".join(f"[dim]{escape(k)}[/dim] {escape(str(v))}"
+                                       for k, v in c.figures.items() if v is not None)
+        latency = f"{c.latency_s:.2f}s" if c.latency_s is not None else ""
+        table.add_row(c.name, "[green]ok[/green]" if c.ok else "[red]FAIL[/red]", detail, latency)
+    console.print(table)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        console.print(f"[red]{len(failed)} of {len(checks)} checks failed.[/red] Fix the first one first.")
+    else:
+        console.print("[green]All checks passed.[/green]")

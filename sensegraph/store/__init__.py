@@ -1,0 +1,1 @@
+"""Table schemas and atomic parquet I/O for the index folder."""

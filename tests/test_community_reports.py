@@ -1,0 +1,368 @@
+"""Paper step 2.5: community reports, bottom-up, higher levels composed from sub-reports."""
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+
+import httpx
+import pandas as pd
+import pytest
+from scripted import ScriptedLLM, last_user, schema_name
+from test_communities import make_graph
+
+from sensegraph.config import ReportSettings, Settings
+from sensegraph.index.communities import build_communities
+from sensegraph.index.community_reports import COLUMNS, write_reports
+from sensegraph.tokens import count_tokens
+
+LOREM = ("The record notes meetings, letters and shared projects over several years, with details "
+         "of places, dates and the people who took part in each of them.")
+
+
+def graph(long: bool = True):
+    entities, relationships = make_graph()
+    if long:  # descriptions long enough that a leaf overflows a small budget
+        entities["description"] = entities["title"] + " is a thing. " + LOREM
+        relationships["description"] = relationships["source"] + " works with " + relationships["target"] + ". " + LOREM
+    return entities, relationships
+
+
+def section(prompt: str, header: str) -> list[list[str]]:
+    """Rows of one CSV-like table of the context (header row skipped)."""
+    marker = f"-----{header}-----\n"
+    if marker not in prompt:
+        return []
+    body = prompt.split(marker, 1)[1].split("\n\n", 1)[0]
+    return list(csv.reader(body.splitlines()))[1:]
+
+
+def entities_in(prompt: str) -> set[str]:
+    return {row[1] for row in section(prompt, "Entities")}
+
+
+class Reporter:
+    """Answers each report request with a report titled by its request number; fails (HTTP 500,
+    after the client's retries) every request whose context holds exactly the `fail` entities."""
+
+    def __init__(self, fail: set[str] | None = None):
+        self.fail = fail
+        self.llm = ScriptedLLM(self.respond)
+        self.prompts: list[str] = []
+
+    def respond(self, body):
+        assert schema_name(body) == "Report"
+        prompt = last_user(body)
+        if self.fail is not None and entities_in(prompt) == self.fail:
+            return httpx.Response(500, json={"error": {"message": "boom"}})
+        self.prompts.append(prompt)
+        n = len(self.prompts) - 1
+        return {"title": f"T{n}", "summary": f"Summary {n}.", "rating": float(n % 11) + 0.5,
+                "rating_explanation": "Because.",
+                "findings": [{"summary": f"F{n}.{i}", "explanation": f"E{n}.{i} [Data: Entities (1)]"}
+                             for i in range(6)]}
+
+
+def run(comms, entities, relationships, reporter: Reporter, *, budget: int, covariates=None,
+        language: str = "en", advance=None, cache=None):
+    settings = Settings(reports=ReportSettings(max_input_tokens=budget, max_tokens=800))
+
+    async def go():
+        llm = reporter.llm.client(cache=cache)
+        try:
+            return await write_reports(comms, entities, relationships, covariates, llm, settings=settings,
+                                       language=language, advance=advance)
+        finally:
+            await llm.aclose()
+
+    return asyncio.run(go())
+
+
+def prompt_of(reporter: Reporter, row) -> str:
+    return reporter.prompts[int(row["title"][1:])]
+
+
+@pytest.fixture(scope="module")
+def small_budget():
+    entities, relationships = graph()
+    comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
+    reporter = Reporter()
+    ticks: list[int] = []
+    reports, failed = run(comms, entities, relationships, reporter, budget=500, advance=ticks.append)
+    return entities, relationships, comms, reporter, reports, failed, ticks
+
+
+def test_every_community_gets_a_report(small_budget):
+    entities, relationships, comms, reporter, reports, failed, ticks = small_budget
+    assert failed == []
+    assert list(reports.columns) == COLUMNS
+    assert sorted(reports["community"]) == sorted(comms["community"])
+    assert sum(ticks) == len(comms)
+    merged = reports.merge(comms, on="community", suffixes=("", "_c"))
+    assert (merged["level"] == merged["level_c"]).all()
+    assert (merged["parent"] == merged["parent_c"]).all()
+    assert (merged["size"] == merged["size_c"]).all()
+    assert reports["id"].is_unique and (reports["human_readable_id"] == reports["community"]).all()
+    row = reports.iloc[0]
+    content = json.loads(row["full_content_json"])
+    assert set(content) == {"title", "summary", "rating", "rating_explanation", "findings"}
+    assert row["full_content"].startswith(f"# {row['title']}\n\n{row['summary']}\n\n## ")
+    assert row["rank"] == content["rating"] and 0 <= row["rank"] <= 10
+    assert [set(f) for f in row["findings"]] == [{"summary", "explanation"}] * 6
+    assert (reports["context_tokens"] <= 500).all()
+
+
+def test_deepest_level_written_first(small_budget):
+    _, _, comms, reporter, reports, _, _ = small_budget
+    written = reports[~reports["carried"]].assign(order=lambda d: d["title"].str[1:].astype(int))
+    spans = written.groupby("level")["order"].agg(["min", "max"])
+    for level in spans.index[:-1]:
+        # Every request for level L+1 was made before any request for level L.
+        assert spans.loc[level + 1, "max"] < spans.loc[level, "min"]
+    assert spans.index.max() == comms["level"].max()
+
+
+def test_carried_communities_cost_no_call(small_budget):
+    _, _, comms, reporter, reports, _, _ = small_budget
+    carried = comms[comms["carried"]]
+    assert len(carried) > 0
+    assert len(reporter.llm.requests) == len(comms) - len(carried)
+    by_number = reports.set_index("community")
+    for row in carried.itertuples():
+        origin = row.parent
+        while comms.set_index("community").loc[origin, "carried"]:
+            origin = comms.set_index("community").loc[origin, "parent"]
+        mine, theirs = by_number.loc[row.community], by_number.loc[origin]
+        assert mine["title"] == theirs["title"] and mine["full_content"] == theirs["full_content"]
+        assert mine["level"] == row.level and mine["id"] != theirs["id"]
+
+
+def test_higher_level_over_budget_uses_sub_reports(small_budget, large_budget):
+    entities, relationships, comms, reporter, reports, _, _ = small_budget
+    by_number = reports.set_index("community")
+    composed = reports[reports["used_sub_reports"]]
+    assert len(composed) > 0
+    # Only communities with real (non-carried) children can be composed from sub-reports.
+    assert composed["children"].map(len).gt(0).all()
+    checked = 0
+    for _, row in composed.iterrows():
+        prompt = prompt_of(reporter, row)
+        assert "-----Sub-community reports-----" in prompt
+        kids = [by_number.loc[k] for k in row["children"] if not by_number.loc[k, "carried"]]
+        cited = [k for k in kids if f": {k['title']}\n" in prompt]
+        assert cited, "the parent's prompt must hold sub-community report titles"
+        for k in cited:
+            assert f"## Report {k.name}: {k['title']}\nSummary" in prompt
+        checked += 1
+    assert checked == len(composed)
+    # Such a community's raw elements really exceed the budget (as measured by the run with a
+    # budget large enough for everything).
+    _, _, _, _, raw_reports = large_budget
+    raw_tokens = raw_reports.set_index("community")["context_tokens"]
+    assert (raw_tokens.loc[composed["community"]] > 500).all()
+
+
+@pytest.fixture(scope="module")
+def large_budget():
+    entities, relationships = graph()
+    comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
+    reporter = Reporter()
+    reports, failed = run(comms, entities, relationships, reporter, budget=200_000)
+    assert failed == []
+    return entities, relationships, comms, reporter, reports
+
+
+def test_large_budget_uses_raw_elements(large_budget):
+    entities, relationships, comms, reporter, reports = large_budget
+    assert not reports["used_sub_reports"].any()
+    title_of = dict(zip(entities["id"], entities["title"]))
+    hrid = dict(zip(relationships["id"], relationships["human_readable_id"].astype(str)))
+    for _, row in reports[~reports["carried"]].iterrows():
+        prompt = prompt_of(reporter, row)
+        c = comms.set_index("community").loc[row["community"]]
+        assert entities_in(prompt) == {title_of[e] for e in c["entity_ids"]}
+        assert sorted(r[0] for r in section(prompt, "Relationships")) == sorted(hrid[r] for r in c["relationship_ids"])
+        assert "Sub-community reports" not in prompt
+
+
+def test_leaf_context_respects_budget_and_combined_degree(small_budget):
+    entities, relationships, comms, reporter, reports, _, _ = small_budget
+    rel = relationships.set_index("id")
+    leaves = reports[(reports["children"].map(len) == 0) & ~reports["carried"]]
+    truncated = 0
+    for _, row in leaves.iterrows():
+        prompt = prompt_of(reporter, row)
+        assert row["context_tokens"] <= 500
+        context = prompt.split("Data:\n\n", 1)[1].removesuffix("\n")
+        assert count_tokens(context) == row["context_tokens"]
+        c = comms.set_index("community").loc[row["community"]]
+        ranked = rel.loc[list(c["relationship_ids"])].sort_values(
+            ["combined_degree", "human_readable_id"], ascending=[False, True])
+        shown = [int(r[0]) for r in section(prompt, "Relationships")]
+        # Edges are a prefix of the community's edges by descending combined degree.
+        assert shown == ranked["human_readable_id"].tolist()[:len(shown)]
+        # Every shown edge has its endpoints in the entity table.
+        ents = entities_in(prompt)
+        for r in section(prompt, "Relationships"):
+            assert r[1] in ents and r[2] in ents
+        truncated += len(shown) < len(ranked)
+    assert truncated > 0  # the budget really bit
+
+
+def test_claims_join_their_entities():
+    entities, relationships = graph(long=False)
+    comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
+    covariates = pd.DataFrame({
+        "id": ["k0", "k1"], "human_readable_id": [0, 1], "covariate_type": "claim", "type": ["FRAUD", "GIFT"],
+        "description": ["C0N1 was accused of fraud.", "ISO2 gave a gift."], "subject_id": ["C0N1", "ISO2"],
+        "object_id": ["NONE", "C0N3"], "status": ["SUSPECTED", "TRUE"], "start_date": ["2020-01-01", None],
+        "end_date": ["2020-02-01", None], "source_text": "", "text_unit_id": "tu0",
+    })
+    reporter = Reporter()
+    reports, failed = run(comms, entities, relationships, reporter, budget=200_000, covariates=covariates)
+    assert failed == []
+    claims_seen = {}
+    for prompt in reporter.prompts:
+        for r in section(prompt, "Claims"):
+            claims_seen.setdefault(r[1], set()).add(r[-1])
+            assert r[1] in entities_in(prompt)
+    assert claims_seen["C0N1"] == {"C0N1 was accused of fraud."}
+    assert claims_seen["ISO2"] == {"ISO2 gave a gift."}
+
+
+def test_failed_report_is_listed_and_parent_uses_raw_elements():
+    entities, relationships = graph()
+    comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
+    by_number = comms.set_index("community")
+    title_of = dict(zip(entities["id"], entities["title"]))
+    # A non-carried leaf whose siblings are real communities too.
+    target = next(r for r in comms.itertuples()
+                  if not r.carried and len(r.children) == 0 and r.level > 0
+                  and len(by_number.loc[r.parent, "children"]) > 1 and not by_number.loc[r.parent, "carried"]
+                  and r.size <= 4)
+    reporter = Reporter(fail={title_of[e] for e in target.entity_ids})
+    reports, failed = run(comms, entities, relationships, reporter, budget=500)
+    assert failed == [str(target.community)]
+    assert target.community not in set(reports["community"])
+    assert len(reports) == len(comms) - 1
+    assert target.parent in set(reports["community"])
+
+
+def test_parent_of_a_failed_report_uses_its_raw_elements():
+    entities, relationships, comms = hand_made({"A": 5, "B": 4, "C": 3}, [("A", "B"), ("B", "C")])
+    reporter = Reporter(fail={"B0", "B1", "B2", "B3"})
+    reports, failed = run(comms, entities, relationships, reporter, budget=850)
+    assert failed == ["2"]
+    root = reports.set_index("community").loc[0]
+    prompt = prompt_of(reporter, root)
+    assert "## Report 1:" in prompt and "## Report 2:" not in prompt
+    assert {"B1", "B2", "B3"} <= entities_in(prompt)
+    assert root["used_sub_reports"]
+
+
+def test_failed_origin_fails_its_carried_copies():
+    entities, relationships = graph()
+    comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
+    iso = comms[comms["entity_ids"].map(lambda ids: list(ids) == ["e-ISO1"])]
+    reporter = Reporter(fail={"ISO1"})
+    reports, failed = run(comms, entities, relationships, reporter, budget=500)
+    assert sorted(failed) == sorted(str(n) for n in iso["community"])
+    assert len(reports) == len(comms) - len(iso)
+
+
+def test_chinese_prompt_and_cache(tmp_path):
+    entities, relationships = graph(long=False)
+    comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
+    reporter = Reporter()
+    reports, _ = run(comms, entities, relationships, reporter, budget=2000, language="zh",
+                     cache=tmp_path / "llm.sqlite")
+    assert "中文" in reporter.prompts[0] and "[Data: Entities" in reporter.prompts[0]
+    # Contexts are deterministic, so a rerun is answered from the cache entirely.
+    again = Reporter()
+    reports2, _ = run(comms, entities, relationships, again, budget=2000, language="zh",
+                      cache=tmp_path / "llm.sqlite")
+    assert again.llm.requests == []
+    pd.testing.assert_frame_equal(reports, reports2)
+
+
+def test_christmas_carol_contexts(shared_data):
+    folder = shared_data / "msgraphrag-christmas-carol-index"
+    if not (folder / "entities.parquet").exists():
+        pytest.skip("Microsoft's Christmas Carol index not found")
+    entities = pd.read_parquet(folder / "entities.parquet")
+    relationships = pd.read_parquet(folder / "relationships.parquet")
+    covariates = pd.read_parquet(folder / "covariates.parquet")
+    comms = build_communities(entities, relationships, max_cluster_size=10, seed=0xDEADBEEF)
+    reporter = Reporter()
+    reports, failed = run(comms, entities, relationships, reporter, budget=6000, covariates=covariates)
+    assert failed == [] and len(reports) == len(comms)
+    assert (reports["context_tokens"] <= 6000).all()
+    stats = reports[~reports["carried"]].groupby("level").agg(
+        reports=("community", "size"), composed=("used_sub_reports", "sum"),
+        mean_context=("context_tokens", "mean"))
+    print(f"\nChristmas Carol reports at 6000 tokens (LLM calls {len(reporter.llm.requests)} "
+          f"for {len(comms)} communities):\n{stats}")
+
+
+def hand_made(groups: dict[str, int], cross: list[tuple[str, str]]):
+    """One root community whose children are the `groups` (fully connected inside), linked by
+    `cross` edges between their first members."""
+    titles = [f"{g}{i}" for g, n in groups.items() for i in range(n)]
+    pairs = [(f"{g}{i}", f"{g}{j}") for g, n in groups.items() for i in range(n) for j in range(i + 1, n)]
+    pairs += [(f"{a}0", f"{b}0") for a, b in cross]
+    entities = pd.DataFrame({
+        "id": [f"e-{t}" for t in titles], "human_readable_id": range(len(titles)), "title": titles,
+        "type": "thing", "description": [f"{t} is a thing. {LOREM}" for t in titles],
+        "text_unit_ids": [["tu"]] * len(titles), "frequency": 1, "degree": 1})
+    relationships = pd.DataFrame({
+        "id": [f"r{i}" for i in range(len(pairs))], "human_readable_id": range(len(pairs)),
+        "source": [a for a, _ in pairs], "target": [b for _, b in pairs],
+        "description": [f"{a} works with {b}. {LOREM}" for a, b in pairs], "weight": 1.0,
+        "combined_degree": 2, "text_unit_ids": [["tu"]] * len(pairs)})
+    rows = [{"community": 0, "level": 0, "parent": -1, "children": list(range(1, len(groups) + 1)), "members": titles}]
+    rows += [{"community": k + 1, "level": 1, "parent": 0, "children": [],
+              "members": [t for t in titles if t.rstrip("0123456789") == g]} for k, g in enumerate(groups)]
+    for r in rows:
+        inside = set(r["members"])
+        r.update(id=f"c{r['community']}", human_readable_id=r["community"], title=f"Community {r['community']}",
+                 entity_ids=[f"e-{t}" for t in r["members"]], size=len(inside), period="2024-01-01",
+                 relationship_ids=[i for i, (a, b) in zip(relationships["id"], pairs) if a in inside and b in inside],
+                 text_unit_ids=["tu"], carried=False)
+    return entities, relationships, pd.DataFrame(rows).drop(columns="members")
+
+
+@pytest.mark.parametrize("budget, replaced", [(100_000, ""), (1200, "A"), (850, "AB"), (600, "ABC")])
+def test_largest_sub_communities_are_replaced_first(budget, replaced):
+    entities, relationships, comms = hand_made({"A": 5, "B": 4, "C": 3}, [("A", "B"), ("B", "C")])
+    reporter = Reporter()
+    reports, failed = run(comms, entities, relationships, reporter, budget=budget)
+    assert failed == []
+    root = reports.set_index("community").loc[0]
+    prompt = prompt_of(reporter, root)
+    shown = entities_in(prompt)
+    for k, g in enumerate("ABC", start=1):
+        child = reports.set_index("community").loc[k]
+        if g in replaced:
+            assert f"## Report {k}: {child['title']}\n" in prompt
+            # Its entities appear only as endpoints of edges between sub-communities.
+            assert shown & {f"{g}{i}" for i in range(1, 5)} == set()
+        else:
+            assert f"## Report {k}:" not in prompt
+            assert f"{g}1" in shown
+    assert root["used_sub_reports"] == bool(replaced)
+    assert root["context_tokens"] <= budget
+
+
+def test_reads_stored_tables(tmp_path):
+    from sensegraph.store.tables import read_table, write_table
+
+    entities, relationships = graph(long=False)
+    comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
+    write_table(comms, tmp_path, "communities")
+    stored = read_table(tmp_path, "communities")
+    reporter = Reporter()
+    reports, failed = run(stored, entities, relationships, reporter, budget=1000)
+    assert failed == [] and len(reports) == len(comms)
+    write_table(reports, tmp_path, "community_reports")
+    back = read_table(tmp_path, "community_reports")
+    assert list(back["findings"].iloc[0][0]) == ["summary", "explanation"]

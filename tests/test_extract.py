@@ -1,0 +1,238 @@
+"""Step 2.2: extraction with gleaning and claims, driven by a scripted LLM."""
+import asyncio
+
+import httpx
+import pandas as pd
+from scripted import ScriptedLLM, last_user, schema_name
+
+from sensegraph.config import ChatSettings, Settings
+from sensegraph.index.extract import extract_graph
+from sensegraph.index.summarize import summarize_graph
+from sensegraph.prompts import load_prompt
+
+GLEAN = load_prompt("glean_continue", "en").strip()[:40]
+
+
+def settings(tmp_path, **extraction) -> Settings:
+    return Settings(root=str(tmp_path), extraction=extraction)
+
+
+def units(*texts: str) -> pd.DataFrame:
+    return pd.DataFrame({"id": [f"u{i}" for i in range(len(texts))], "text": list(texts)})
+
+
+def ent(name, type="person", description=""):
+    return {"name": name, "type": type, "description": description or f"{name} is here."}
+
+
+def rel(source, target, strength=5, description=""):
+    return {"source": source, "target": target, "description": description or f"{source} knows {target}.",
+            "strength": strength}
+
+
+def assistant_turns(body) -> int:
+    return sum(1 for m in body["messages"] if m["role"] == "assistant")
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_gleaning_keeps_every_record_of_every_round(tmp_path):
+    def respond(body):
+        name = schema_name(body)
+        if name == "GleanCheck":
+            return {"missed": assistant_turns(body) == 1}  # yes after round 1, no after round 2
+        if name == "ExtractedGraph":
+            if GLEAN in last_user(body):
+                return {"entities": [ent("Carol")], "relationships": [rel("Bob", "Carol")]}
+            return {"entities": [ent("Alice"), ent("Bob")], "relationships": [rel("Alice", "Bob")]}
+        raise AssertionError(name)
+
+    llm = ScriptedLLM(respond)
+    done = []
+    result = run(extract_graph(units("Alice met Bob. Bob met Carol."), llm.client(),
+                               settings=settings(tmp_path, max_gleanings=3), language="en", advance=done.append))
+    assert result.entities["title"].tolist() == ["Alice", "Bob", "Carol"]
+    assert result.entities["round"].tolist() == [0, 0, 1]
+    assert result.relationships[["source", "target"]].values.tolist() == [["Alice", "Bob"], ["Bob", "Carol"]]
+    assert result.failed == [] and done == [1]
+    assert [schema_name(b) for b in llm.requests] == ["ExtractedGraph", "GleanCheck", "ExtractedGraph", "GleanCheck"]
+    # The gleaning call continues the conversation: the first answer is in its messages.
+    glean = llm.requests[2]
+    assert [m["role"] for m in glean["messages"]] == ["user", "assistant", "user"]
+    assert "Alice" in glean["messages"][1]["content"]
+    assert llm.requests[1]["max_tokens"] <= 20 and llm.requests[0]["max_tokens"] == 1500
+
+
+def test_no_gleaning_when_check_says_nothing_missed(tmp_path):
+    def respond(body):
+        if schema_name(body) == "GleanCheck":
+            return {"missed": False}
+        return {"entities": [ent("Alice")], "relationships": []}
+
+    llm = ScriptedLLM(respond)
+    result = run(extract_graph(units("Alice."), llm.client(), settings=settings(tmp_path, max_gleanings=2),
+                               language="en"))
+    assert len(result.entities) == 1 and len(llm.requests) == 2
+
+
+def test_gleaned_claims_are_kept(tmp_path):
+    def respond(body):
+        name = schema_name(body)
+        if name in ("GleanCheck",):
+            return {"missed": False}
+        if name == "ExtractedGraph":
+            return {"entities": [ent("Acme", "organization"), ent("Bob")], "relationships": []}
+        claim = {"subject": "Acme", "object": "", "type": "LAWSUIT", "status": "suspected", "start_date": "",
+                 "end_date": "", "description": "Acme was sued.", "source_text": "Acme was sued."}
+        if name == "ClaimGleanCheck":
+            return {"missed": assistant_turns(body) == 1}
+        if name == "ExtractedClaims":
+            if GLEAN in last_user(body):
+                return {"claims": [{**claim, "subject": "Bob", "type": "FRAUD", "description": "Bob lied."}]}
+            return {"claims": [claim]}
+        raise AssertionError(name)
+
+    llm = ScriptedLLM(respond)
+    client = llm.client()
+    result = run(extract_graph(units("Acme was sued. Bob lied."), client,
+                               settings=settings(tmp_path, claims=True), language="en"))
+    assert result.claims["subject"].tolist() == ["Acme", "Bob"]
+    assert result.claims["status"].tolist() == ["SUSPECTED", "SUSPECTED"]
+    assert result.claims["round"].tolist() == [0, 1]
+    claim_prompt = next(b for b in llm.requests if schema_name(b) == "ExtractedClaims")["messages"][0]["content"]
+    assert "Acme, Bob" in claim_prompt
+    assert client.usage.step("claims").calls == 3  # claims, check, glean (max_gleanings=1)
+
+
+def test_failed_unit_is_reported_and_others_continue(tmp_path):
+    def respond(body):
+        if "BROKEN" in body["messages"][0]["content"]:
+            return httpx.Response(500, json={"error": "boom"})
+        if schema_name(body) == "GleanCheck":
+            return {"missed": False}
+        return {"entities": [ent("Alice")], "relationships": []}
+
+    llm = ScriptedLLM(respond)
+    client = llm.client(ChatSettings(provider="openai", model="s", base_url="http://scripted/v1",
+                                     retry_base_seconds=0.001, max_retries=2))
+    done = []
+    result = run(extract_graph(units("Alice one.", "BROKEN text", "Alice two."), client,
+                               settings=settings(tmp_path), language="en", advance=done.append))
+    assert result.failed == ["u1"]
+    assert result.entities["text_unit_id"].tolist() == ["u0", "u2"]
+    assert len(done) == 3
+    assert client.usage.step("extract").failures == ["u1"]
+
+
+def test_unit_without_entities_is_not_a_failure(tmp_path):
+    llm = ScriptedLLM(lambda b: {"missed": False} if schema_name(b) == "GleanCheck"
+                      else {"entities": [], "relationships": []})
+    result = run(extract_graph(units("Nothing here."), llm.client(), settings=settings(tmp_path), language="en"))
+    assert result.failed == [] and result.entities.empty and list(result.entities.columns)[:4] == [
+        "title", "type", "description", "text_unit_id"]
+
+
+def test_records_are_cleaned(tmp_path):
+    def respond(body):
+        if schema_name(body) == "GleanCheck":
+            return {"missed": False}
+        return {"entities": [ent("  Alice   Smith "), ent("   "), ent("Bob")],
+                "relationships": [rel("Alice Smith", " alice  smith", 5), rel("Alice Smith", "Bob", 15),
+                                  rel("Bob", "Alice Smith", 0), rel("", "Bob")]}
+
+    llm = ScriptedLLM(respond)
+    result = run(extract_graph(units("x"), llm.client(), settings=settings(tmp_path), language="en"))
+    assert result.entities["title"].tolist() == ["Alice Smith", "Bob"]
+    assert result.relationships["strength"].tolist() == [10, 1]
+    assert result.self_loops == 1 and result.empty_names == 2
+
+
+def test_prompt_has_entity_types_and_schema_enum(tmp_path):
+    llm = ScriptedLLM(lambda b: {"missed": False} if schema_name(b) == "GleanCheck"
+                      else {"entities": [ent("Widget", "product")], "relationships": []})
+    s = settings(tmp_path, entity_types=["company", "person", "product"])
+    result = run(extract_graph(units("Widget."), llm.client(), settings=s, language="en"))
+    assert result.entities["type"].tolist() == ["product"]
+    body = llm.requests[0]
+    prompt = body["messages"][0]["content"]
+    assert "company, person, product" in prompt
+    assert "Harbor Logistics" in prompt  # the few-shot examples
+    assert "English" not in prompt
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["entities"]["items"]["properties"]["type"]["enum"] == ["company", "person", "product"]
+
+
+def test_type_outside_the_enum_is_retried(tmp_path):
+    answers = iter([{"entities": [ent("Widget", "gadget")], "relationships": []},
+                    {"entities": [ent("Widget", "PRODUCT")], "relationships": []}])
+
+    def respond(body):
+        return {"missed": False} if schema_name(body) == "GleanCheck" else next(answers)
+
+    llm = ScriptedLLM(respond)
+    client = llm.client()
+    s = settings(tmp_path, entity_types=["company", "product"])
+    result = run(extract_graph(units("Widget."), client, settings=s, language="en"))
+    assert result.entities["type"].tolist() == ["product"]
+    assert client.usage.step("extract").retries == 1
+
+
+def test_chinese_prompt_for_zh(tmp_path):
+    llm = ScriptedLLM(lambda b: {"missed": False} if schema_name(b) in ("GleanCheck", "ClaimGleanCheck")
+                      else {"claims": []} if schema_name(b) == "ExtractedClaims"
+                      else {"entities": [ent("陈静")], "relationships": []})
+    result = run(extract_graph(units("陈静卸任。"), llm.client(), settings=settings(tmp_path, claims=True),
+                               language="zh"))
+    assert result.entities["title"].tolist() == ["陈静"]
+    graph_prompt = llm.requests[0]["messages"][0]["content"]
+    assert "用中文书写" in graph_prompt and "organization, person, geo, event" in graph_prompt
+    assert "陈静卸任。" in graph_prompt
+    check = llm.requests[1]["messages"][-1]["content"]
+    assert "遗漏" in check
+    claims_prompt = next(b for b in llm.requests if schema_name(b) == "ExtractedClaims")["messages"][0]["content"]
+    assert "主张" in claims_prompt
+
+
+def test_project_prompt_overrides_the_packaged_one(tmp_path):
+    (tmp_path / "prompts" / "en").mkdir(parents=True)
+    (tmp_path / "prompts" / "en" / "examples_graph.txt").write_text("MY DOMAIN EXAMPLE", encoding="utf-8")
+    llm = ScriptedLLM(lambda b: {"missed": False} if schema_name(b) == "GleanCheck"
+                      else {"entities": [], "relationships": []})
+    run(extract_graph(units("x"), llm.client(), settings=settings(tmp_path), language="en"))
+    assert "MY DOMAIN EXAMPLE" in llm.requests[0]["messages"][0]["content"]
+
+
+def test_rerun_with_the_same_cache_makes_no_request(tmp_path):
+    def respond(body):
+        name = schema_name(body)
+        if name == "GleanCheck":
+            return {"missed": assistant_turns(body) == 1}
+        if name == "ExtractedGraph":
+            if GLEAN in last_user(body):
+                return {"entities": [ent("Carol", description="Carol again.")], "relationships": [rel("Bob", "Carol")]}
+            return {"entities": [ent("Alice"), ent("Bob"), ent("Carol")],
+                    "relationships": [rel("Alice", "Bob")]}
+        if name is None:
+            return "A summary."
+        raise AssertionError(name)
+
+    s = settings(tmp_path)
+    tu = units("Alice met Bob.", "Bob met Carol.")
+
+    async def index(llm: ScriptedLLM):
+        client = llm.client(cache=tmp_path / "cache" / "llm.sqlite")
+        extraction = await extract_graph(tu, client, settings=s, language="en")
+        tables = await summarize_graph(extraction, tu, client, settings=s, language="en")
+        client.cache.close()
+        return tables
+
+    first = ScriptedLLM(respond)
+    e1, r1, _, _ = run(index(first))
+    assert len(first.requests) > 0 and any(schema_name(b) is None for b in first.requests)
+    second = ScriptedLLM(respond)
+    e2, r2, _, _ = run(index(second))
+    assert second.requests == []
+    pd.testing.assert_frame_equal(e1, e2)
+    pd.testing.assert_frame_equal(r1, r2)
