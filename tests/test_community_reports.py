@@ -366,3 +366,22 @@ def test_reads_stored_tables(tmp_path):
     write_table(reports, tmp_path, "community_reports")
     back = read_table(tmp_path, "community_reports")
     assert list(back["findings"].iloc[0][0]) == ["summary", "explanation"]
+
+
+def test_claims_never_crowd_out_the_edges():
+    entities, relationships, comms = hand_made({"A": 5, "B": 4, "C": 3}, [("A", "B"), ("B", "C")])
+    n = 100
+    covariates = pd.DataFrame({
+        "id": [f"k{i}" for i in range(n)], "human_readable_id": range(n), "covariate_type": "claim",
+        "type": "DEED", "description": [f"A0 did deed number {i}. {LOREM}" for i in range(n)], "subject_id": "A0",
+        "object_id": None, "status": "TRUE", "start_date": None, "end_date": float("nan"),
+        "source_text": "", "text_unit_id": "tu"})
+    reporter = Reporter()
+    reports, failed = run(comms, entities, relationships, reporter, budget=1000, covariates=covariates)
+    assert failed == []
+    leaf = reports.set_index("community").loc[1]
+    prompt = prompt_of(reporter, leaf)
+    claims = section(prompt, "Claims")
+    assert 0 < len(claims) < n and len(section(prompt, "Relationships")) >= 5
+    assert leaf["context_tokens"] <= 1000
+    assert all(c[5] == "" for c in claims)  # no period: missing dates stay empty, not "nan"

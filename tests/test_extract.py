@@ -30,6 +30,11 @@ def rel(source, target, strength=5, description=""):
             "strength": strength}
 
 
+def whole(body) -> str:
+    """The first prompt of a conversation: its system and user messages."""
+    return "\n".join(m["content"] for m in body["messages"][:2])
+
+
 def assistant_turns(body) -> int:
     return sum(1 for m in body["messages"] if m["role"] == "assistant")
 
@@ -60,8 +65,8 @@ def test_gleaning_keeps_every_record_of_every_round(tmp_path):
     assert [schema_name(b) for b in llm.requests] == ["ExtractedGraph", "GleanCheck", "ExtractedGraph", "GleanCheck"]
     # The gleaning call continues the conversation: the first answer is in its messages.
     glean = llm.requests[2]
-    assert [m["role"] for m in glean["messages"]] == ["user", "assistant", "user"]
-    assert "Alice" in glean["messages"][1]["content"]
+    assert [m["role"] for m in glean["messages"]] == ["system", "user", "assistant", "user"]
+    assert "Alice" in glean["messages"][2]["content"]
     assert llm.requests[1]["max_tokens"] <= 20 and llm.requests[0]["max_tokens"] == 1500
 
 
@@ -101,14 +106,14 @@ def test_gleaned_claims_are_kept(tmp_path):
     assert result.claims["subject"].tolist() == ["Acme", "Bob"]
     assert result.claims["status"].tolist() == ["SUSPECTED", "SUSPECTED"]
     assert result.claims["round"].tolist() == [0, 1]
-    claim_prompt = next(b for b in llm.requests if schema_name(b) == "ExtractedClaims")["messages"][0]["content"]
+    claim_prompt = whole(next(b for b in llm.requests if schema_name(b) == "ExtractedClaims"))
     assert "Acme, Bob" in claim_prompt
     assert client.usage.step("claims").calls == 3  # claims, check, glean (max_gleanings=1)
 
 
 def test_failed_unit_is_reported_and_others_continue(tmp_path):
     def respond(body):
-        if "BROKEN" in body["messages"][0]["content"]:
+        if "BROKEN" in whole(body):
             return httpx.Response(500, json={"error": "boom"})
         if schema_name(body) == "GleanCheck":
             return {"missed": False}
@@ -156,7 +161,7 @@ def test_prompt_has_entity_types_and_schema_enum(tmp_path):
     result = run(extract_graph(units("Widget."), llm.client(), settings=s, language="en"))
     assert result.entities["type"].tolist() == ["product"]
     body = llm.requests[0]
-    prompt = body["messages"][0]["content"]
+    prompt = whole(body)
     assert "company, person, product" in prompt
     assert "Harbor Logistics" in prompt  # the few-shot examples
     assert "English" not in prompt
@@ -186,12 +191,12 @@ def test_chinese_prompt_for_zh(tmp_path):
     result = run(extract_graph(units("陈静卸任。"), llm.client(), settings=settings(tmp_path, claims=True),
                                language="zh"))
     assert result.entities["title"].tolist() == ["陈静"]
-    graph_prompt = llm.requests[0]["messages"][0]["content"]
+    graph_prompt = whole(llm.requests[0])
     assert "用中文书写" in graph_prompt and "organization, person, geo, event" in graph_prompt
     assert "陈静卸任。" in graph_prompt
     check = llm.requests[1]["messages"][-1]["content"]
     assert "遗漏" in check
-    claims_prompt = next(b for b in llm.requests if schema_name(b) == "ExtractedClaims")["messages"][0]["content"]
+    claims_prompt = whole(next(b for b in llm.requests if schema_name(b) == "ExtractedClaims"))
     assert "主张" in claims_prompt
 
 
@@ -201,7 +206,7 @@ def test_project_prompt_overrides_the_packaged_one(tmp_path):
     llm = ScriptedLLM(lambda b: {"missed": False} if schema_name(b) == "GleanCheck"
                       else {"entities": [], "relationships": []})
     run(extract_graph(units("x"), llm.client(), settings=settings(tmp_path), language="en"))
-    assert "MY DOMAIN EXAMPLE" in llm.requests[0]["messages"][0]["content"]
+    assert "MY DOMAIN EXAMPLE" in whole(llm.requests[0])
 
 
 def test_rerun_with_the_same_cache_makes_no_request(tmp_path):

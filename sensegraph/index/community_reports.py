@@ -68,11 +68,15 @@ RELATIONSHIP_HEADER = "-----Relationships-----\nid,source,target,description,com
 REPORT_HEADER = "-----Sub-community reports-----"
 
 
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
 def _row(*values: Any) -> str:
     buf = io.StringIO()
     # One record per line: descriptions lose their line breaks, commas are quoted.
     csv.writer(buf, lineterminator="").writerow(
-        [re.sub(r"\s+", " ", "" if v is None else str(v)).strip() for v in values])
+        [re.sub(r"\s+", " ", "" if _missing(v) else str(v)).strip() for v in values])
     return buf.getvalue()
 
 
@@ -115,7 +119,7 @@ def _elements(entities: pd.DataFrame, relationships: pd.DataFrame,
     if covariates is not None and not covariates.empty:
         for row in covariates.sort_values("human_readable_id", kind="stable").itertuples(index=False):
             start, end = getattr(row, "start_date", None), getattr(row, "end_date", None)
-            period = " - ".join(str(d) for d in (start, end) if d not in (None, "", "NONE") and d == d)
+            period = " - ".join(str(d) for d in (start, end) if not _missing(d) and str(d) not in ("", "NONE"))
             claims.setdefault(str(row.subject_id), []).append(_piece(_row(
                 row.human_readable_id, row.subject_id, getattr(row, "object_id", ""),
                 getattr(row, "type", ""), getattr(row, "status", ""), period, row.description)))
@@ -149,53 +153,71 @@ class _Packed:
 
 
 def _pack(el: _Elements, titles: list[str], edge_ids: list[str], budget: int) -> _Packed:
-    """The leaf procedure: edges (given by descending combined degree), each with its endpoints
-    and their claims first, until the budget is full; then member entities no edge brought in."""
+    """The leaf procedure: edges (given by descending combined degree), each with its endpoints,
+    their claims and the edge, until the budget is full; then member entities no edge brought in.
+
+    Claims support their entity but must not crowd out the graph: one entity's claims take at
+    most a quarter of the budget, and a claim that does not fit is left out without ending the
+    packing (Scrooge alone has 3,000 tokens of claims in the Christmas Carol index)."""
     out = _Packed()
     seen: set[str] = set()
+    present: set[str] = set()  # tables that already have their header
     used = 0
-    headers = {"e": False, "c": False, "r": False}
+    claim_cap = budget // 4
 
-    def cost_of(new_titles: list[str], edge_piece: _Piece | None) -> int:
-        cost = 0
-        for t in new_titles:
-            cost += el.entity[t].tokens + sum(c.tokens for c in el.claims.get(t, []))
-        if new_titles and not headers["e"]:
-            cost += el.header_tokens[ENTITY_HEADER]
-        if any(el.claims.get(t) for t in new_titles) and not headers["c"]:
-            cost += el.header_tokens[CLAIM_HEADER]
-        if edge_piece is not None:
-            cost += edge_piece.tokens + (0 if headers["r"] else el.header_tokens[RELATIONSHIP_HEADER])
-        return cost
+    def header(h: str) -> int:
+        return 0 if h in present else el.header_tokens[h]
 
-    def add_entities(new_titles: list[str]) -> None:
-        for t in new_titles:
+    def add_entities(new: list[str]) -> None:
+        nonlocal used
+        for t in new:
+            used += el.entity[t].tokens + header(ENTITY_HEADER)
             seen.add(t)
             out.entities.append(el.entity[t])
-            headers["e"] = True
-            for c in el.claims.get(t, []):
-                out.claims.append(c)
-                headers["c"] = True
+            present.add(ENTITY_HEADER)
+
+    def add_claims(new: list[str]) -> None:
+        nonlocal used
+        for t in new:
+            spent = 0
+            for p in el.claims.get(t, []):
+                cost = p.tokens + header(CLAIM_HEADER)
+                if spent + cost > claim_cap or used + cost > budget:
+                    out.complete = False
+                    break
+                used += cost
+                spent += cost
+                out.claims.append(p)
+                present.add(CLAIM_HEADER)
 
     for rid in edge_ids:
         s, t = el.edge_ends[rid]
         new = [x for x in dict.fromkeys((s, t)) if x not in seen and x in el.entity]
-        cost = cost_of(new, el.edge[rid])
+        cost = (sum(el.entity[x].tokens for x in new) + (header(ENTITY_HEADER) if new else 0)
+                + el.edge[rid].tokens + header(RELATIONSHIP_HEADER))
         if used + cost > budget:
             out.complete = False
             break
-        used += cost
         add_entities(new)
+        used += el.edge[rid].tokens + header(RELATIONSHIP_HEADER)
         out.edges.append(el.edge[rid])
-        headers["r"] = True
+        present.add(RELATIONSHIP_HEADER)
+        add_claims(new)
     else:
         for t in sorted((t for t in titles if t not in seen), key=el.entity_rank.__getitem__):
-            cost = cost_of([t], None)
-            if used + cost > budget:
+            if used + el.entity[t].tokens + header(ENTITY_HEADER) > budget:
                 out.complete = False
                 break
-            used += cost
             add_entities([t])
+            add_claims([t])
+
+    if not out.entities and (edge_ids or titles):
+        # Not even the first element fits: give its entity, cut to the budget, rather than nothing.
+        first = el.edge_ends[edge_ids[0]][0] if edge_ids else min(titles, key=el.entity_rank.__getitem__)
+        if first in el.entity:
+            room = budget - el.header_tokens[ENTITY_HEADER] - 1
+            out.entities.append(_Piece(truncate(el.entity[first].text, max(0, room)), room))
+        out.complete = False
     return out
 
 
@@ -229,7 +251,7 @@ def _fits(text: str, budget: int) -> str:
 
 
 def _context(c: _Community, el: _Elements, communities: dict[int, _Community],
-                  reports: dict[int, Report], budget: int) -> tuple[str, bool]:
+             reports: dict[int, Report], budget: int) -> tuple[str, bool]:
     """The context for one community and whether sub-community reports were used."""
     packed = _pack(el, c.titles, c.edge_ids, budget)
     if packed.complete:
@@ -251,8 +273,7 @@ def _context(c: _Community, el: _Elements, communities: dict[int, _Community],
 
     # Replace sub-communities one at a time until the rest fits. A cheap lower bound on the
     # remaining elements' size skips the exact packing until it can possibly succeed.
-    headers = sum(el.header_tokens[h] for h in (ENTITY_HEADER, CLAIM_HEADER, RELATIONSHIP_HEADER))
-    lower = c.raw_tokens(el) - headers
+    lower = c.raw_tokens(el)
     replaced: list[_Community] = []
     report_tokens = el.header_tokens[REPORT_HEADER]
     for sub in order:

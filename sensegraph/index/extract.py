@@ -23,7 +23,7 @@ from pydantic import BaseModel, create_model, field_validator
 
 from ..config import Settings
 from ..llm import ChatClient, LLMError
-from ..prompts import load_prompt, render
+from ..prompts import load_prompt, render, to_messages
 
 ENTITY_COLUMNS = ["title", "type", "description", "text_unit_id", "round"]
 RELATIONSHIP_COLUMNS = ["source", "target", "description", "strength", "text_unit_id", "round"]
@@ -195,8 +195,8 @@ async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Sett
     ex = settings.extraction
     out = _UnitResult()
     types = ", ".join(ex.entity_types)
-    messages = [{"role": "user", "content": render(prompts["extract_graph"], entity_types=types,
-                                                    examples=prompts["examples_graph"].strip(), text=text)}]
+    messages = to_messages(render(prompts["extract_graph"], entity_types=types,
+                                  examples=prompts["examples_graph"].strip(), text=text))
     try:
         first = await llm.structured(messages, schema, step="extract", item=unit_id, max_tokens=ex.max_tokens)
     except LLMError:
@@ -216,9 +216,9 @@ async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Sett
 
     if ex.claims:
         names = ", ".join(dict.fromkeys(e["title"] for e in out.entities)) or "-"
-        claim_messages = [{"role": "user", "content": render(
+        claim_messages = to_messages(render(
             prompts["extract_claims"], entity_names=names, claim_description=ex.claim_description,
-            text=text)}]
+            text=text))
         try:
             first_claims = await llm.structured(claim_messages, ExtractedClaims, step="claims", item=unit_id,
                                                 max_tokens=ex.max_tokens)

@@ -152,7 +152,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
             entities, relationships, covariates = (read_table(out, n) for n in names)
             st["skipped"] = True
         else:
-            n_items = extraction.entities["title"].nunique() + len(extraction.relationships)
+            n_items = summarize.merge_instances(extraction).size
             entities, relationships, covariates, failed = await summarize.summarize_graph(
                 extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items))
             failures["summarize"] = list(failed)

@@ -3,7 +3,9 @@
 A project's own `prompts/<lang>/<name>.txt` (written by `sensegraph init`) wins over the copy
 shipped in this package, so users tune prompts without touching code. Placeholders are
 `{name}`; only the names passed to `render` are replaced, so JSON examples with braces in a
-prompt need no escaping.
+prompt need no escaping. A line `=== user ===` splits a prompt into a system message (the
+instructions and examples, identical across calls, so servers can reuse their prompt cache)
+and a user message (the data of this call).
 """
 from __future__ import annotations
 
@@ -34,3 +36,14 @@ def render(template: str, **values: object) -> str:
     for key, value in values.items():
         template = template.replace("{" + key + "}", str(value))
     return template
+
+
+USER_MARKER = "=== user ==="
+
+
+def to_messages(prompt: str) -> list[dict[str, str]]:
+    """A rendered prompt as chat messages: system part before `=== user ===`, user part after."""
+    if USER_MARKER not in prompt:
+        return [{"role": "user", "content": prompt.strip()}]
+    system, user = prompt.split(USER_MARKER, 1)
+    return [{"role": "system", "content": system.strip()}, {"role": "user", "content": user.strip()}]
