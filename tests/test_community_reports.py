@@ -52,7 +52,7 @@ class Reporter:
 
     def respond(self, body):
         assert schema_name(body) == "Report"
-        prompt = last_user(body)
+        prompt = "\n".join(m["content"] for m in body["messages"])
         if self.fail is not None and entities_in(prompt) == self.fail:
             return httpx.Response(500, json={"error": {"message": "boom"}})
         self.prompts.append(prompt)

@@ -33,7 +33,7 @@ from pydantic import BaseModel
 
 from ..config import Settings
 from ..llm import ChatClient, LLMError
-from ..prompts import load_prompt, render
+from ..prompts import load_prompt, render, to_messages
 from ..store.tables import content_id
 from ..tokens import count_tokens, truncate
 
@@ -400,7 +400,7 @@ async def write_reports(
 
     async def write(c: _Community) -> None:
         context, used_sub = _context(c, el, comms, reports, budget)
-        messages = [{"role": "user", "content": render(template, input_text=context)}]
+        messages = to_messages(render(template, input_text=context))
         try:
             report = await llm.structured(messages, Report, step=STEP, item=str(c.number),
                                           max_tokens=settings.reports.max_tokens)
