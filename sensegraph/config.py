@@ -100,7 +100,11 @@ class ExtractionSettings(_Section):
         default_factory=lambda: ["organization", "person", "geo", "event"], min_length=1
     )
     max_gleanings: int = Field(1, ge=0, le=10)
-    max_tokens: int = Field(1500, ge=64)
+    max_tokens: int = Field(3000, ge=64)
+    # Upper bounds per answer (JSON-schema maxItems): keep a looping small model from filling
+    # max_tokens with repeats. Gleaning rounds can add more.
+    max_entities: int = Field(25, ge=1)
+    max_relationships: int = Field(30, ge=1)
     claims: bool = False
     claim_description: str = "Any claims or facts that could be relevant to information discovery."
 

@@ -17,6 +17,10 @@ DEMO_SETTINGS = {
         "  size: 300                    # demo: small units so the embedded model is quick (paper: 600)",
     "  max_gleanings: 1             # extra rounds asking for missed entities":
         "  max_gleanings: 0             # demo: no gleaning, for speed (default 1)",
+    "  max_entities: 25             # per answer (a JSON-schema bound that stops small models looping)":
+        "  max_entities: 15             # demo: per answer, sized for 300-token units (default 25)",
+    "  max_relationships: 30":
+        "  max_relationships: 15        # demo (default 30)",
 }
 
 

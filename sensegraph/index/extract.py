@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
-from pydantic import BaseModel, create_model, field_validator
+from pydantic import BaseModel, Field, create_model, field_validator
 
 from ..config import Settings
 from ..llm import ChatClient, LLMError
@@ -89,7 +89,7 @@ def clean_name(name: str) -> str:
     return " ".join(str(name).split())
 
 
-def graph_schema(entity_types: list[str]) -> type[BaseModel]:
+def graph_schema(entity_types: list[str], max_entities: int = 25, max_relationships: int = 30) -> type[BaseModel]:
     """The extraction schema with `type` restricted to the configured entity types.
 
     The types become a JSON-schema enum, which constrained decoding (OpenAI strict mode,
@@ -119,8 +119,14 @@ def graph_schema(entity_types: list[str]) -> type[BaseModel]:
         # No min/max in the schema (not every strict mode accepts them): clamped to 1-10 on read.
         strength=(int, ...),
     )
-    return create_model("ExtractedGraph", entities=(list[entity], ...),  # type: ignore[valid-type]
-                        relationships=(list[relationship], ...))  # type: ignore[valid-type]
+    # maxItems bounds the answer: constrained decoding must close the list, so a small model
+    # that starts repeating its list (seen with 1.5B models) stops instead of filling max_tokens.
+    # It is a schema hint only, never a validation error, for servers that ignore it.
+    return create_model(
+        "ExtractedGraph",
+        entities=(list[entity], Field(json_schema_extra={"maxItems": max_entities})),  # type: ignore[valid-type]
+        relationships=(list[relationship], Field(json_schema_extra={"maxItems": max_relationships})),  # type: ignore[valid-type]
+    )
 
 
 # -- extraction -----------------------------------------------------------------------------------
@@ -250,7 +256,8 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
     if settings.extraction.claims:
         names.append("extract_claims")
     prompts = {n: load_prompt(n, language, settings.root) for n in names}
-    schema = graph_schema(settings.extraction.entity_types)
+    ex = settings.extraction
+    schema = graph_schema(ex.entity_types, ex.max_entities, ex.max_relationships)
     counts = {"self_loops": 0, "empty_names": 0}
 
     async def one(unit_id: str, text: str) -> _UnitResult:

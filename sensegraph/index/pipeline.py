@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..config import Settings
 from ..language import resolve_language
-from ..llm import Usage, open_cache, open_chat, open_embedder
+from ..llm import StepUsage, Usage, open_cache, open_chat, open_embedder
 from ..store.tables import read_table, write_json_atomic, write_table
 from . import community_reports, communities, documents, embed, extract, summarize, text_units
 
@@ -93,137 +93,143 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
     answer_cache = open_cache(settings, cache)
     llm = open_chat(settings, cache=answer_cache, usage=usage)
     embedder = open_embedder(settings, cache=answer_cache, usage=usage)
-    stats: dict[str, Any] = {"steps": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    failures: dict[str, list[str]] = {}
+    try:
+        stats: dict[str, Any] = {"steps": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        failures: dict[str, list[str]] = {}
 
-    @contextmanager
-    def timed(step: str):
-        t0 = time.perf_counter()
-        entry: dict[str, Any] = {}
-        stats["steps"][step] = entry
-        yield entry
-        entry["seconds"] = round(time.perf_counter() - t0, 3)
+        @contextmanager
+        def timed(step: str):
+            t0 = time.perf_counter()
+            entry: dict[str, Any] = {}
+            stats["steps"][step] = entry
+            yield entry
+            entry["seconds"] = round(time.perf_counter() - t0, 3)
 
-    # 1. documents -> 2. text units (no LLM; cheap, always recomputed to see input changes)
-    with timed("documents") as st:
-        docs = documents.load_documents(settings, warn=lambda m: log(f"warning: {m}"))
-        st["documents"] = len(docs)
-    language = resolve_language(settings.language, docs["text"])
-    stats["language"] = language
-    with timed("text_units") as st:
-        units = text_units.make_text_units(docs, size=settings.chunks.size, overlap=settings.chunks.overlap)
-        units = units.reset_index(drop=True)
-        by_doc = units.groupby("document_id")["id"].apply(list)
-        docs["text_unit_ids"] = [by_doc.get(d, []) for d in docs["id"]]
-        st["text_units"] = len(units)
-        st["tokens"] = int(units["n_tokens"].sum())
+        # 1. documents -> 2. text units (no LLM; cheap, always recomputed to see input changes)
+        with timed("documents") as st:
+            docs = documents.load_documents(settings, warn=lambda m: log(f"warning: {m}"))
+            st["documents"] = len(docs)
+        language = resolve_language(settings.language, docs["text"])
+        stats["language"] = language
+        with timed("text_units") as st:
+            units = text_units.make_text_units(docs, size=settings.chunks.size, overlap=settings.chunks.overlap)
+            units = units.reset_index(drop=True)
+            by_doc = units.groupby("document_id")["id"].apply(list)
+            docs["text_unit_ids"] = [by_doc.get(d, []) for d in docs["id"]]
+            st["text_units"] = len(units)
+            st["tokens"] = int(units["n_tokens"].sum())
 
-    # 3. extraction of element instances (one call per text unit, plus gleaning)
-    model_id = (settings.chat.provider, settings.chat.model, settings.local.size if settings.chat.provider == "local" else "")
-    fp_extract = _fingerprint(_ids_fingerprint(units), settings.extraction.model_dump(), language, model_id,
-                              _prompt_fingerprint(settings, language, ["extract_graph", "glean_check",
-                                                                       "glean_continue", "examples_graph",
-                                                                       "extract_claims"]))
-    inst_paths = [work / f"{n}.parquet" for n in ("entity_instances", "relationship_instances", "claim_instances")]
-    with timed("extract") as st:
-        if checkpoints.done("extract", fp_extract, inst_paths):
-            extraction = extract.ExtractionResult(
-                *(pd.read_parquet(p) for p in inst_paths), failed=[])
-            st["skipped"] = True
-        else:
-            extraction = await extract.extract_graph(units, llm, settings=settings, language=language,
-                                                     advance=bar("extract", len(units)))
-            work.mkdir(parents=True, exist_ok=True)
-            for p, df in zip(inst_paths, (extraction.entities, extraction.relationships, extraction.claims)):
-                _atomic_parquet(df, p)
-            if not extraction.failed:
-                checkpoints.mark("extract", fp_extract)
-        failures["extract"] = list(extraction.failed)
-        st.update(entity_instances=len(extraction.entities), relationship_instances=len(extraction.relationships),
-                  claim_instances=len(extraction.claims))
+        # 3. extraction of element instances (one call per text unit, plus gleaning)
+        model_id = (settings.chat.provider, settings.chat.model, settings.local.size if settings.chat.provider == "local" else "")
+        fp_extract = _fingerprint(_ids_fingerprint(units), settings.extraction.model_dump(), language, model_id,
+                                  _prompt_fingerprint(settings, language, ["extract_graph", "glean_check",
+                                                                           "glean_continue", "examples_graph",
+                                                                           "extract_claims"]))
+        inst_paths = [work / f"{n}.parquet" for n in ("entity_instances", "relationship_instances", "claim_instances")]
+        with timed("extract") as st:
+            if checkpoints.done("extract", fp_extract, inst_paths):
+                extraction = extract.ExtractionResult(
+                    *(pd.read_parquet(p) for p in inst_paths), failed=[])
+                st["skipped"] = True
+            else:
+                extraction = await extract.extract_graph(units, llm, settings=settings, language=language,
+                                                         advance=bar("extract", len(units)))
+                work.mkdir(parents=True, exist_ok=True)
+                for p, df in zip(inst_paths, (extraction.entities, extraction.relationships, extraction.claims)):
+                    _atomic_parquet(df, p)
+                if not extraction.failed:
+                    checkpoints.mark("extract", fp_extract)
+            failures["extract"] = list(extraction.failed)
+            st.update(entity_instances=len(extraction.entities), relationship_instances=len(extraction.relationships),
+                      claim_instances=len(extraction.claims))
 
-    # 4. merge + summarise into entities, relationships, claims (covariates)
-    fp_summary = _fingerprint(fp_extract, _ids_fingerprint(extraction.entities, "title", "description"),
-                              _ids_fingerprint(extraction.relationships, "source", "target", "description"),
-                              settings.summarize.model_dump(), _prompt_fingerprint(settings, language, ["summarize_descriptions"]))
-    with timed("summarize") as st:
-        names = ["entities", "relationships", "covariates"]
-        if checkpoints.done("summarize", fp_summary, [out / f"{n}.parquet" for n in names]):
-            entities, relationships, covariates = (read_table(out, n) for n in names)
-            st["skipped"] = True
-        else:
-            n_items = summarize.merge_instances(extraction).size
-            entities, relationships, covariates, failed = await summarize.summarize_graph(
-                extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items))
-            failures["summarize"] = list(failed)
-            for name, df in zip(names, (entities, relationships, covariates)):
-                write_table(df, out, name)
-            if not failed:
-                checkpoints.mark("summarize", fp_summary)
-        st.update(entities=len(entities), relationships=len(relationships), claims=len(covariates))
+        # 4. merge + summarise into entities, relationships, claims (covariates)
+        fp_summary = _fingerprint(fp_extract, _ids_fingerprint(extraction.entities, "title", "description"),
+                                  _ids_fingerprint(extraction.relationships, "source", "target", "description"),
+                                  settings.summarize.model_dump(), _prompt_fingerprint(settings, language, ["summarize_descriptions"]))
+        with timed("summarize") as st:
+            names = ["entities", "relationships", "covariates"]
+            if checkpoints.done("summarize", fp_summary, [out / f"{n}.parquet" for n in names]):
+                entities, relationships, covariates = (read_table(out, n) for n in names)
+                st["skipped"] = True
+            else:
+                n_items = summarize.merge_instances(extraction).size
+                entities, relationships, covariates, failed = await summarize.summarize_graph(
+                    extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items))
+                failures["summarize"] = list(failed)
+                for name, df in zip(names, (entities, relationships, covariates)):
+                    write_table(df, out, name)
+                if not failed:
+                    checkpoints.mark("summarize", fp_summary)
+            st.update(entities=len(entities), relationships=len(relationships), claims=len(covariates))
 
-    # text units and documents learn which elements they gave rise to
-    units = _link_text_units(units, entities, relationships, covariates)
-    write_table(docs, out, "documents")
-    write_table(units, out, "text_units")
+        # text units and documents learn which elements they gave rise to
+        units = _link_text_units(units, entities, relationships, covariates)
+        write_table(docs, out, "documents")
+        write_table(units, out, "text_units")
 
-    # 5. communities (hierarchical Leiden), every level a complete partition
-    fp_comm = _fingerprint(fp_summary, _ids_fingerprint(entities), _ids_fingerprint(relationships, "id", "weight"),
-                           settings.communities.model_dump())
-    with timed("communities") as st:
-        if checkpoints.done("communities", fp_comm, [out / "communities.parquet"]):
-            comms = read_table(out, "communities")
-            st["skipped"] = True
-        else:
-            comms = communities.build_communities(entities, relationships,
-                                                  max_cluster_size=settings.communities.max_cluster_size,
-                                                  seed=settings.communities.seed)
-            write_table(comms, out, "communities")
-            checkpoints.mark("communities", fp_comm)
-        st["per_level"] = {int(k): int(v) for k, v in comms.groupby("level").size().items()}
+        # 5. communities (hierarchical Leiden), every level a complete partition
+        fp_comm = _fingerprint(fp_summary, _ids_fingerprint(entities), _ids_fingerprint(relationships, "id", "weight"),
+                               settings.communities.model_dump())
+        with timed("communities") as st:
+            if checkpoints.done("communities", fp_comm, [out / "communities.parquet"]):
+                comms = read_table(out, "communities")
+                st["skipped"] = True
+            else:
+                comms = communities.build_communities(entities, relationships,
+                                                      max_cluster_size=settings.communities.max_cluster_size,
+                                                      seed=settings.communities.seed)
+                write_table(comms, out, "communities")
+                checkpoints.mark("communities", fp_comm)
+            st["per_level"] = {int(k): int(v) for k, v in comms.groupby("level").size().items()}
 
-    # 6. community reports, bottom-up
-    fp_reports = _fingerprint(fp_comm, _ids_fingerprint(comms), _ids_fingerprint(entities, "id", "description"),
-                              settings.reports.model_dump(), _prompt_fingerprint(settings, language, ["community_report"]))
-    with timed("community_reports") as st:
-        if checkpoints.done("community_reports", fp_reports, [out / "community_reports.parquet"]):
-            reports = read_table(out, "community_reports")
-            st["skipped"] = True
-        else:
-            reports, failed = await community_reports.write_reports(
-                comms, entities, relationships, covariates, llm, settings=settings, language=language,
-                advance=bar("community reports", len(comms)))
-            failures["community_reports"] = [str(f) for f in failed]
-            write_table(reports, out, "community_reports")
-            if not failed:
-                checkpoints.mark("community_reports", fp_reports)
-        st["reports"] = len(reports)
+        # 6. community reports, bottom-up
+        fp_reports = _fingerprint(fp_comm, _ids_fingerprint(comms), _ids_fingerprint(entities, "id", "description"),
+                                  settings.reports.model_dump(), _prompt_fingerprint(settings, language, ["community_report"]))
+        with timed("community_reports") as st:
+            if checkpoints.done("community_reports", fp_reports, [out / "community_reports.parquet"]):
+                reports = read_table(out, "community_reports")
+                st["skipped"] = True
+            else:
+                reports, failed = await community_reports.write_reports(
+                    comms, entities, relationships, covariates, llm, settings=settings, language=language,
+                    advance=bar("community reports", len(comms)))
+                failures["community_reports"] = [str(f) for f in failed]
+                write_table(reports, out, "community_reports")
+                if not failed:
+                    checkpoints.mark("community_reports", fp_reports)
+            st["reports"] = len(reports)
 
-    # 7. embeddings for search
-    tables = {"documents": docs, "text_units": units, "entities": entities, "relationships": relationships,
-              "covariates": covariates, "communities": comms, "community_reports": reports}
-    with timed("embed") as st:
-        st["vectors"] = await embed.embed_tables(tables, embedder, out,
-                                                 advance=bar("embeddings", embed.embedding_count(tables)))
+        # 7. embeddings for search
+        tables = {"documents": docs, "text_units": units, "entities": entities, "relationships": relationships,
+                  "covariates": covariates, "communities": comms, "community_reports": reports}
+        with timed("embed") as st:
+            st["vectors"] = await embed.embed_tables(tables, embedder, out,
+                                                     advance=bar("embeddings", embed.embedding_count(tables)))
 
-    await llm.aclose()
-    stats["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    stats["llm"] = usage.as_dict()
-    for step, entry in stats["steps"].items():
-        step_usage = usage.steps.get({"extract": "extract", "summarize": "summarize",
-                                      "community_reports": "report", "embed": "embed"}.get(step, ""))
-        if step_usage is not None:
-            entry.update(calls=step_usage.calls, cache_hits=step_usage.cache_hits,
-                         prompt_tokens=step_usage.prompt_tokens, completion_tokens=step_usage.completion_tokens,
-                         retries=step_usage.retries)
-        entry["failures"] = failures.get(step, [])
-    failures = {k: v for k, v in failures.items() if v}
-    stats["failures"] = failures
-    stats["partial"] = bool(failures)
-    stats_path = out / "stats.json"
-    write_json_atomic(stats_path, stats)
-    if answer_cache is not None:
-        answer_cache.close()
+        stats["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        stats["llm"] = usage.as_dict()
+        llm_steps = {"extract": "extract", "summarize": "summarize", "community_reports": "report", "embed": "embed"}
+        for step, entry in stats["steps"].items():
+            if step in llm_steps:
+                # A step that made no call (skipped, or all from the cache) has no usage entry: report
+                # zeros rather than leaving the keys out, so stats.json always has the same shape.
+                step_usage = usage.steps.get(llm_steps[step]) or StepUsage()
+                entry.update(calls=step_usage.calls, cache_hits=step_usage.cache_hits,
+                             prompt_tokens=step_usage.prompt_tokens, completion_tokens=step_usage.completion_tokens,
+                             retries=step_usage.retries)
+            entry["failures"] = failures.get(step, [])
+        failures = {k: v for k, v in failures.items() if v}
+        stats["failures"] = failures
+        stats["partial"] = bool(failures)
+        stats_path = out / "stats.json"
+        write_json_atomic(stats_path, stats)
+    finally:
+        # Also on an exception or a cancellation (Ctrl-C): close connections and the cache.
+        await llm.aclose()
+        await embedder.aclose()
+        if answer_cache is not None:
+            answer_cache.close()
     if failures and not allow_partial:
         raise IndexFailed(failures, stats_path)
     return IndexResult(out, tables, stats, failures)

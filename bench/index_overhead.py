@@ -1,0 +1,220 @@
+"""What indexing costs besides the LLM: the whole pipeline against a zero-latency mock server.
+
+Indexes the podcast corpus (../shared/data/podcast/transcripts.zip, 1,669 transcript parts,
+~1M tokens) against tests/mock_llm.py running in its own process, so the measured process's
+CPU time is sensegraph's alone (pipeline + client + parquet + graph work). Embeddings also go
+to the mock (embedding.provider: openai): the local embedder would otherwise spend most of the
+CPU on matrix products, which is the model's cost, not the pipeline's overhead.
+
+The measured run is a fresh `--worker` subprocess with the cache off, so every call is made.
+It reports wall time, CPU (user+sys), peak RSS, LLM calls (from stats.json), CPU ms per call,
+and the time outside LLM waits (wall - calls x latency / concurrency). With zero latency there
+are no LLM waits to subtract, so the client CPU time is the overhead figure: on two cores the
+mock server competes for the same CPU, and wall time includes its share.
+
+    python bench/index_overhead.py                    # the whole corpus
+    python bench/index_overhead.py --limit 200        # first 200 transcripts
+    python bench/index_overhead.py --limit 200 --profile   # + cProfile top functions
+    python bench/index_overhead.py --latency 0.2 --concurrency 25
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MOCK = ROOT / "tests" / "mock_llm.py"
+CORPUS = ROOT.parent / "shared" / "data" / "podcast" / "transcripts.zip"
+GOAL_OVERHEAD_S = 120.0
+GOAL_RSS_MB = 2048.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"mock server did not open port {port}")
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a running process, from /proc (0 where unavailable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def extract_corpus(dest: Path, limit: int | None) -> int:
+    """Unzip the first `limit` transcripts (sorted by name, so --limit is stable) into dest."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(CORPUS) as z:
+        names = sorted(n for n in z.namelist() if n.endswith(".txt"))
+        if limit:
+            names = names[:limit]
+        for n in names:
+            (dest / Path(n).name).write_bytes(z.read(n))
+    return len(names)
+
+
+def worker(root: str, profile: str | None) -> None:
+    """Index `root` in this process; print measured figures as JSON (imports excluded)."""
+    import asyncio
+
+    from sensegraph.config import load_settings
+    from sensegraph.index.pipeline import run_index
+
+    settings = load_settings(root, env={})
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    coro = run_index(settings, cache=False, allow_partial=True, log=lambda m: None)
+    if profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        result = prof.runcall(asyncio.run, coro)
+        prof.dump_stats(profile)
+    else:
+        result = asyncio.run(coro)
+    wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    total = result.stats["llm"]["total"]
+    print(json.dumps({
+        "wall": wall,
+        "cpu": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+        "user": ru1.ru_utime - ru0.ru_utime,
+        "sys": ru1.ru_stime - ru0.ru_stime,
+        "peak_rss_mb": ru1.ru_maxrss / 1024,  # Linux reports KiB
+        "calls": total["calls"],
+        "requests": total.get("requests", total["calls"]),
+        "failures": sum(len(v) for v in result.stats["failures"].values()),
+        "steps": {k: {"seconds": v.get("seconds"), "calls": v.get("calls")} for k, v in result.stats["steps"].items()},
+        "documents": len(result.tables["documents"]),
+        "tokens": result.stats["steps"]["text_units"].get("tokens", 0),
+        "text_units": len(result.tables["text_units"]),
+        "entities": len(result.tables["entities"]),
+        "relationships": len(result.tables["relationships"]),
+        "communities": len(result.tables["communities"]),
+    }), flush=True)
+
+
+def write_settings(root: Path, base_url: str, concurrency: int) -> None:
+    endpoint = (f"  provider: openai\n  model: mock\n  base_url: {base_url}\n  api_key: x\n"
+                f"  concurrency: {concurrency}\n  retry_base_seconds: 0.01\n")
+    (root / "settings.yaml").write_text(
+        "chat:\n" + endpoint + "embedding:\n" + endpoint + "  batch_size: 64\n"
+        "cache:\n  enabled: false\n")
+
+
+def print_profile(path: str, top: int = 25) -> None:
+    import pstats
+
+    print(f"\ncProfile of the worker, top {top} by cumulative and by own time:")
+    st = pstats.Stats(path)
+    st.sort_stats("cumulative").print_stats(top)
+    st.sort_stats("tottime").print_stats(top)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--limit", type=int, default=None, help="only the first N transcripts")
+    ap.add_argument("--concurrency", type=int, default=25)
+    ap.add_argument("--latency", type=float, default=0.0, help="mock server seconds per answer")
+    ap.add_argument("--profile", action="store_true", help="run the worker under cProfile and print top costs")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary project folder")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--profile-out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.profile_out)
+        return
+    if not CORPUS.exists():
+        sys.exit(f"corpus not found: {CORPUS}")
+
+    tmp = Path(tempfile.mkdtemp(prefix="sg-bench-"))
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(MOCK), "--port", str(port), "--latency", str(args.latency)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        n_docs = extract_corpus(tmp / "input", args.limit)
+        write_settings(tmp, f"http://127.0.0.1:{port}/v1", args.concurrency)
+        wait_for_port(port)
+        prof_path = str(tmp / "profile.out") if args.profile else None
+        cmd = [sys.executable, __file__, "--worker", str(tmp)] + (["--profile-out", prof_path] if prof_path else [])
+        server_cpu0 = proc_cpu(server.pid)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        outer_wall = time.perf_counter() - t0
+        server_cpu = proc_cpu(server.pid) - server_cpu0
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr[-5000:])
+            sys.exit(f"worker failed with exit code {proc.returncode}")
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        report(r, args, n_docs, outer_wall, server_cpu)
+        if prof_path and Path(prof_path).exists():
+            print_profile(prof_path)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"project kept in {tmp}")
+
+
+def report(r: dict, args: argparse.Namespace, n_docs: int, outer_wall: float, server_cpu: float) -> None:
+    llm_wait = r["calls"] * args.latency / args.concurrency
+    outside = r["wall"] - llm_wait
+    rows = [
+        ("transcripts / corpus tokens", f"{n_docs} / {r['tokens']:,}"),
+        ("text units / entities / relationships / communities",
+         f"{r['text_units']} / {r['entities']} / {r['relationships']} / {r['communities']}"),
+        ("concurrency / mock latency", f"{args.concurrency} / {args.latency * 1000:.0f} ms"),
+        ("LLM calls (chat + embedding batches)", f"{r['calls']:,}" + (f"  ({r['failures']} failed)" if r["failures"] else "")),
+        ("wall time", f"{r['wall']:.1f} s   (subprocess incl. imports: {outer_wall:.1f} s)"),
+        ("client CPU user+sys", f"{r['cpu']:.1f} s   (user {r['user']:.1f}, sys {r['sys']:.1f})"),
+        ("CPU ms per LLM call", f"{1000 * r['cpu'] / max(1, r['calls']):.2f}"),
+        ("mock server CPU (other process)", f"{server_cpu:.1f} s"),
+        ("time outside LLM waits", f"{outside:.1f} s   (wall - calls x latency / concurrency)"),
+        ("peak RSS", f"{r['peak_rss_mb']:.0f} MB"),
+    ]
+    w = max(len(k) for k, _ in rows)
+    print(f"\nsensegraph index overhead ({'first ' + str(args.limit) if args.limit else 'whole'} podcast corpus)")
+    print("-" * (w + 40))
+    for k, v in rows:
+        print(f"{k:<{w}}  {v}")
+    print("-" * (w + 40))
+    print("per step (s, calls): " + ", ".join(f"{k} {v['seconds']:.1f}s/{v['calls'] or 0}"
+                                               for k, v in r["steps"].items()))
+    overhead = r["cpu"] if args.latency == 0 else outside
+    print(f"overhead figure: {overhead:.1f} s (goal < {GOAL_OVERHEAD_S:.0f} s for the whole corpus); "
+          f"peak RSS {r['peak_rss_mb']:.0f} MB (goal < {GOAL_RSS_MB:.0f} MB)")
+    if args.latency == 0:
+        print("note: with zero latency there is no LLM wait to subtract, so client CPU time is the overhead; "
+              "wall time also includes waiting for the mock server, which shares the same cores.")
+    print("note: embeddings go to the mock (embedding.provider: openai); the local embedder would add "
+          "its own model CPU, which is the model's cost rather than the pipeline's.")
+
+
+if __name__ == "__main__":
+    main()
