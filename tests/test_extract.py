@@ -67,7 +67,7 @@ def test_gleaning_keeps_every_record_of_every_round(tmp_path):
     glean = llm.requests[2]
     assert [m["role"] for m in glean["messages"]] == ["system", "user", "assistant", "user"]
     assert "Alice" in glean["messages"][2]["content"]
-    assert llm.requests[1]["max_tokens"] <= 20 and llm.requests[0]["max_tokens"] == 1500
+    assert llm.requests[1]["max_tokens"] <= 20 and llm.requests[0]["max_tokens"] == settings(tmp_path).extraction.max_tokens
 
 
 def test_no_gleaning_when_check_says_nothing_missed(tmp_path):
