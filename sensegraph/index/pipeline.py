@@ -136,7 +136,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                                                          advance=bar("extract", len(units)))
                 work.mkdir(parents=True, exist_ok=True)
                 for p, df in zip(inst_paths, (extraction.entities, extraction.relationships, extraction.claims)):
-                    _atomic_parquet(df, p)
+                    write_table(df, p.parent, p.stem)  # not a known table: no column check
                 if not extraction.failed:
                     checkpoints.mark("extract", fp_extract)
             failures["extract"] = list(extraction.failed)
@@ -233,21 +233,6 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
     if failures and not allow_partial:
         raise IndexFailed(failures, stats_path)
     return IndexResult(out, tables, stats, failures)
-
-
-def _atomic_parquet(df: pd.DataFrame, path: Path) -> None:
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(fd)
-    try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _prompt_fingerprint(settings: Settings, language: str, names: list[str]) -> str:
