@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,37 +30,12 @@ import time
 import zipfile
 from pathlib import Path
 
+from mock_process import mock_server_process
+
 ROOT = Path(__file__).resolve().parents[1]
-MOCK = ROOT / "tests" / "mock_llm.py"
 CORPUS = ROOT.parent / "shared" / "data" / "podcast" / "transcripts.zip"
 GOAL_OVERHEAD_S = 120.0
 GOAL_RSS_MB = 2048.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"mock server did not open port {port}")
-
-
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of a running process, from /proc (0 where unavailable)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def extract_corpus(dest: Path, limit: int | None) -> int:
@@ -152,20 +125,17 @@ def main() -> None:
         sys.exit(f"corpus not found: {CORPUS}")
 
     tmp = Path(tempfile.mkdtemp(prefix="sg-bench-"))
-    port = free_port()
-    server = subprocess.Popen([sys.executable, str(MOCK), "--port", str(port), "--latency", str(args.latency)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        n_docs = extract_corpus(tmp / "input", args.limit)
-        write_settings(tmp, f"http://127.0.0.1:{port}/v1", args.concurrency)
-        wait_for_port(port)
-        prof_path = str(tmp / "profile.out") if args.profile else None
-        cmd = [sys.executable, __file__, "--worker", str(tmp)] + (["--profile-out", prof_path] if prof_path else [])
-        server_cpu0 = proc_cpu(server.pid)
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        outer_wall = time.perf_counter() - t0
-        server_cpu = proc_cpu(server.pid) - server_cpu0
+        with mock_server_process(args.latency) as server:
+            n_docs = extract_corpus(tmp / "input", args.limit)
+            write_settings(tmp, server.base_url, args.concurrency)
+            prof_path = str(tmp / "profile.out") if args.profile else None
+            cmd = [sys.executable, __file__, "--worker", str(tmp)] + (["--profile-out", prof_path] if prof_path else [])
+            server_cpu0 = server.cpu()
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            outer_wall = time.perf_counter() - t0
+            server_cpu = server.cpu() - server_cpu0
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr[-5000:])
             sys.exit(f"worker failed with exit code {proc.returncode}")
@@ -174,8 +144,6 @@ def main() -> None:
         if prof_path and Path(prof_path).exists():
             print_profile(prof_path)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
         else:

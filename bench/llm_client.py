@@ -12,31 +12,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import resource
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from mock_process import mock_server_process
+
 ROOT = Path(__file__).resolve().parents[1]
-MOCK = ROOT / "tests" / "mock_llm.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of a running process, from /proc (0 where unavailable)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def worker(url: str, n: int, concurrency: int) -> None:
@@ -81,21 +65,14 @@ def worker(url: str, n: int, concurrency: int) -> None:
 
 
 def measure(latency: float, n: int, concurrency: int) -> dict[str, float]:
-    port = free_port()
-    server = subprocess.Popen([sys.executable, str(MOCK), "--port", str(port), "--latency", str(latency)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        server.stdout.readline()  # "mock LLM at ..." once it listens
+    with mock_server_process(latency) as server:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        server_cpu0 = proc_cpu(server.pid)
-        out = subprocess.run([sys.executable, __file__, "--worker", f"http://127.0.0.1:{port}/v1",
+        server_cpu0 = server.cpu()
+        out = subprocess.run([sys.executable, __file__, "--worker", server.base_url,
                               "--n", str(n), "--concurrency", str(concurrency)],
                              check=True, capture_output=True, text=True)
-        server_cpu = proc_cpu(server.pid) - server_cpu0
+        server_cpu = server.cpu() - server_cpu0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    finally:
-        server.terminate()
-        server.wait()
     r = json.loads(out.stdout.strip().splitlines()[-1])
     total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"latency": latency, "calls": n, "wall": r["wall"], "rate": n / r["wall"],

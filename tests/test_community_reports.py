@@ -8,7 +8,7 @@ import json
 import httpx
 import pandas as pd
 import pytest
-from scripted import ScriptedLLM, last_user, schema_name
+from scripted import ScriptedLLM, schema_name
 from test_communities import make_graph
 
 from sensegraph.config import ReportSettings, Settings
