@@ -43,7 +43,7 @@ COLUMNS = [
     "context_tokens", "used_sub_reports", "carried",
 ]
 
-STEP = "report"
+STEP = "community_reports"  # the usage step name is the pipeline step name
 MAX_FINDINGS = 10
 
 

@@ -84,7 +84,7 @@ def estimate_index(settings: Settings) -> Estimate:
     n_entities = len(units) * ENTITIES_PER_UNIT
     n_communities = max(1, int(n_entities / max(2, settings.communities.max_cluster_size / 2) * 1.3))
     report_prompt = min(settings.reports.max_input_tokens, 2500)
-    est.steps["report"] = StepEstimate(n_communities, n_communities * report_prompt,
+    est.steps["community_reports"] = StepEstimate(n_communities, n_communities * report_prompt,
                                        n_communities * min(settings.reports.max_tokens, 900))
     est.steps["extract"].exact = True
     return est

@@ -26,6 +26,9 @@ from . import community_reports, communities, documents, embed, extract, summari
 # Bar(description, total) -> advance(n)
 BarFactory = Callable[[str, int], Callable[[int], None]]
 STATE_FILE = "state.json"
+# Pipeline steps that call models, and the usage step names each one's calls are recorded under.
+LLM_STEPS = {"extract": ("extract", "claims"), "summarize": ("summarize",),
+             "community_reports": ("community_reports",), "embed": ("embed",)}
 WORK_DIR = "_work"  # intermediate tables (extraction instances), kept for incremental updates
 
 
@@ -209,12 +212,13 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
 
         stats["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         stats["llm"] = usage.as_dict()
-        llm_steps = {"extract": "extract", "summarize": "summarize", "community_reports": "report", "embed": "embed"}
         for step, entry in stats["steps"].items():
-            if step in llm_steps:
-                # A step that made no call (skipped, or all from the cache) has no usage entry: report
-                # zeros rather than leaving the keys out, so stats.json always has the same shape.
-                step_usage = usage.steps.get(llm_steps[step]) or StepUsage()
+            # Usage is recorded under the pipeline's step names; claims are part of extraction.
+            # A step that made no call still reports zeros, so stats.json keeps one shape.
+            step_usage = StepUsage()
+            for name in LLM_STEPS.get(step, ()):
+                step_usage.add(usage.steps.get(name, StepUsage()))
+            if step in LLM_STEPS:
                 entry.update(calls=step_usage.calls, cache_hits=step_usage.cache_hits,
                              prompt_tokens=step_usage.prompt_tokens, completion_tokens=step_usage.completion_tokens,
                              retries=step_usage.retries)

@@ -26,7 +26,7 @@ class StepUsage:
 
 
 class Usage:
-    """Counters keyed by step name ("extract", "summarize", "report", "embed", "query", ...)."""
+    """Counters keyed by step name ("extract", "claims", "summarize", "community_reports", "embed", ...)."""
 
     def __init__(self, price_per_1k_prompt: float = 0.0, price_per_1k_completion: float = 0.0):
         self.steps: dict[str, StepUsage] = {}
