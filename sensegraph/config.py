@@ -67,6 +67,9 @@ class LocalModelSettings(_Section):
     threads: int = Field(0, ge=0, description="0 = all cores")
     parallel: int = Field(2, ge=1, le=64, description="server slots (requests decoded together)")
     context_per_slot: int = Field(4096, ge=512)
+    # Small models fall into loops (the same entities listed again and again); a repetition
+    # penalty over the answer so far breaks them. 1.0 turns it off.
+    repeat_penalty: float = Field(1.15, ge=1.0, le=2.0)
     model_dir: str | None = None  # default: $XDG_CACHE_HOME/sensegraph/models
 
 

@@ -149,3 +149,24 @@ def test_two_processes_share_the_cache(tmp_path):
     cache = Cache(path)
     assert len(cache) == 3 * n
     assert all(cache.get_json(f"w{w}-{i}") == {"worker": w, "i": i} for w in (0, 1) for i in range(n))
+
+
+def test_extra_body_is_sent_and_is_part_of_the_cache_key(tmp_path):
+    import asyncio
+
+    from scripted import ScriptedLLM
+    from sensegraph.config import ChatSettings
+    from sensegraph.llm import Cache, ChatClient
+
+    llm = ScriptedLLM(lambda body: "ok")
+    settings = ChatSettings(provider="openai", model="m", base_url="http://scripted/v1")
+    cache = Cache(tmp_path / "c.sqlite")
+    messages = [{"role": "user", "content": "hi"}]
+    plain = llm.client(settings, cache=cache)
+    asyncio.run(plain.complete(messages, step="t", max_tokens=5))
+    penalised = ChatClient(settings, cache=cache, extra_body={"repeat_penalty": 1.15},
+                           http_client=plain._http_client)
+    asyncio.run(penalised.complete(messages, step="t", max_tokens=5))
+    asyncio.run(penalised.complete(messages, step="t", max_tokens=5))
+    assert len(llm.requests) == 2
+    assert "repeat_penalty" not in llm.requests[0] and llm.requests[1]["repeat_penalty"] == 1.15

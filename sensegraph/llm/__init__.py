@@ -27,7 +27,8 @@ def open_chat(settings: Settings, *, cache: Cache | None, usage: Usage | None = 
             # Loading the model blocks for seconds; keep the event loop free meanwhile.
             return await asyncio.to_thread(ensure_server, local)
 
-        return ChatClient(settings.chat, cache=cache, usage=usage, endpoint=endpoint, **kwargs)
+        extra = {"repeat_penalty": local.repeat_penalty, "repeat_last_n": 1024} if local.repeat_penalty != 1.0 else None
+        return ChatClient(settings.chat, cache=cache, usage=usage, endpoint=endpoint, extra_body=extra, **kwargs)
     return ChatClient(settings.chat, cache=cache, usage=usage, **kwargs)
 
 

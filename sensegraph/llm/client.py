@@ -97,6 +97,7 @@ class ChatClient:
         base_url: str | None = None,
         model: str | None = None,
         endpoint: Callable[[], Awaitable[tuple[str, str]]] | None = None,
+        extra_body: dict[str, Any] | None = None,
         http_client: httpx.AsyncClient | None = None,
     ):
         self.settings = settings
@@ -106,6 +107,9 @@ class ChatClient:
         self._base_url = base_url or settings.base_url
         # `endpoint` resolves (base_url, model) lazily: the embedded server starts on first use.
         self._endpoint = endpoint
+        # Server-specific sampling options (llama.cpp's repeat_penalty for the embedded model);
+        # part of the cache key because they change the answer.
+        self.extra_body = extra_body or {}
         self._http_client = http_client
         self._client: openai.AsyncOpenAI | None = None
         self._client_lock = asyncio.Lock()
@@ -187,7 +191,7 @@ class ChatClient:
             try:
                 stream = await client.chat.completions.create(
                     model=self.model, messages=messages, max_tokens=max_tokens, temperature=temperature,
-                    stream=True, stream_options={"include_usage": True},
+                    stream=True, stream_options={"include_usage": True}, extra_body=self.extra_body or None,
                 )
                 async for chunk in stream:
                     if chunk.usage:
@@ -212,7 +216,8 @@ class ChatClient:
 
     def _key(self, messages: Messages, max_tokens: int, temperature: float, schema: dict | None) -> str:
         return cache_key("chat", {"model": self.model or f"local:{self.settings.model}", "messages": messages,
-                                  "max_tokens": max_tokens, "temperature": temperature, "schema": schema})
+                                  "max_tokens": max_tokens, "temperature": temperature, "schema": schema,
+                                  **({"extra_body": self.extra_body} if self.extra_body else {})})
 
     async def _call(
         self, messages: Messages, *, step: str, item: str, max_tokens: int,
@@ -266,6 +271,8 @@ class ChatClient:
         client = await self._openai()
         kwargs: dict[str, Any] = dict(model=self.model, messages=messages, max_tokens=max_tokens,
                                       temperature=temperature)
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
         if attempt and schema is not None:
             # A deterministic server repeats an invalid answer; a little randomness gets a new one.
             kwargs["temperature"] = max(temperature, 0.4)
