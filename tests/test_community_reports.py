@@ -13,7 +13,7 @@ from test_communities import make_graph
 
 from sensegraph.config import ReportSettings, Settings
 from sensegraph.index.communities import build_communities
-from sensegraph.index.community_reports import COLUMNS, write_reports
+from sensegraph.index.community_reports import COLUMNS, SINGLE_ENTITY_EXPLANATION, write_reports
 from sensegraph.tokens import count_tokens
 
 LOREM = ("The record notes meetings, letters and shared projects over several years, with details "
@@ -39,6 +39,12 @@ def section(prompt: str, header: str) -> list[list[str]]:
 
 def entities_in(prompt: str) -> set[str]:
     return {row[1] for row in section(prompt, "Entities")}
+
+
+def llm_written(reports: pd.DataFrame) -> pd.DataFrame:
+    """Reports an LLM wrote: not carried copies, not single-entity reports from a description."""
+    single = reports["rating_explanation"] == SINGLE_ENTITY_EXPLANATION["en"]
+    return reports[~reports["carried"] & ~single]
 
 
 class Reporter:
@@ -114,7 +120,7 @@ def test_every_community_gets_a_report(small_budget):
 
 def test_deepest_level_written_first(small_budget):
     _, _, comms, reporter, reports, _, _ = small_budget
-    written = reports[~reports["carried"]].assign(order=lambda d: d["title"].str[1:].astype(int))
+    written = llm_written(reports).assign(order=lambda d: d["title"].str[1:].astype(int))
     spans = written.groupby("level")["order"].agg(["min", "max"])
     for level in spans.index[:-1]:
         # Every request for level L+1 was made before any request for level L.
@@ -126,7 +132,7 @@ def test_carried_communities_cost_no_call(small_budget):
     _, _, comms, reporter, reports, _, _ = small_budget
     carried = comms[comms["carried"]]
     assert len(carried) > 0
-    assert len(reporter.llm.requests) == len(comms) - len(carried)
+    assert len(reporter.llm.requests) == len(llm_written(reports))
     by_number = reports.set_index("community")
     for row in carried.itertuples():
         origin = row.parent
@@ -177,7 +183,7 @@ def test_large_budget_uses_raw_elements(large_budget):
     assert not reports["used_sub_reports"].any()
     title_of = dict(zip(entities["id"], entities["title"]))
     hrid = dict(zip(relationships["id"], relationships["human_readable_id"].astype(str)))
-    for _, row in reports[~reports["carried"]].iterrows():
+    for _, row in llm_written(reports).iterrows():
         prompt = prompt_of(reporter, row)
         c = comms.set_index("community").loc[row["community"]]
         assert entities_in(prompt) == {title_of[e] for e in c["entity_ids"]}
@@ -261,13 +267,39 @@ def test_parent_of_a_failed_report_uses_its_raw_elements():
 
 
 def test_failed_origin_fails_its_carried_copies():
-    entities, relationships = graph()
+    entities, relationships = graph(long=False)
     comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
-    iso = comms[comms["entity_ids"].map(lambda ids: list(ids) == ["e-ISO1"])]
-    reporter = Reporter(fail={"ISO1"})
-    reports, failed = run(comms, entities, relationships, reporter, budget=500)
-    assert sorted(failed) == sorted(str(n) for n in iso["community"])
-    assert len(reports) == len(comms) - len(iso)
+    title_of = dict(zip(entities["id"], entities["title"]))
+    by_number = comms.set_index("community")
+
+    def origin(n):
+        while by_number.loc[n, "carried"]:
+            n = by_number.loc[n, "parent"]
+        return n
+
+    # A community with relationships whose branch ends early, so carried copies hang below it.
+    copies = comms[comms["carried"]].assign(origin=lambda d: d["community"].map(origin))
+    leaf = next(r for r in comms.itertuples() if not r.carried and len(r.relationship_ids)
+                and r.community in set(copies["origin"]))
+    reporter = Reporter(fail={title_of[e] for e in leaf.entity_ids})
+    reports, failed = run(comms, entities, relationships, reporter, budget=20000)
+    lost = [leaf.community] + copies.loc[copies["origin"] == leaf.community, "community"].tolist()
+    assert sorted(failed) == sorted(str(n) for n in lost)
+    assert len(reports) == len(comms) - len(lost)
+
+
+def test_isolated_entity_report_comes_from_its_description_without_a_call():
+    entities, relationships = graph(long=False)
+    comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
+    reporter = Reporter()
+    reports, failed = run(comms, entities, relationships, reporter, budget=2000)
+    iso = entities[entities["title"] == "ISO1"].iloc[0]
+    mine = reports[reports["title"] == "ISO1"]
+    assert len(mine) == comms["level"].nunique()  # one per level: the singleton and its copies
+    assert (mine["summary"] == iso["description"]).all()
+    assert all(f"Entities ({iso['human_readable_id']})" in fs[0]["explanation"] for fs in mine["findings"])
+    assert not any("ISO1" in entities_in(p) and len(entities_in(p)) == 1 for p in reporter.prompts)
+    assert len(reporter.llm.requests) == len(llm_written(reports))
 
 
 def test_chinese_prompt_and_cache(tmp_path):

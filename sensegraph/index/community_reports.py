@@ -358,6 +358,27 @@ def _row_of(c: _Community, report: Report, context_tokens: int, used_sub: bool, 
     }
 
 
+SINGLE_ENTITY_EXPLANATION = {
+    "en": "A single entity with no relationships or claims in the graph; its report is its description.",
+    "zh": "图中没有任何关系或主张的单个实体；其报告即该实体的描述。",
+}
+
+
+def _isolated_entity(c: _Community, el: _Elements, comms: dict[int, _Community]) -> bool:
+    """A community of one entity with no relationships, claims or sub-communities of its own."""
+    own_children = [n for n in c.children if n in comms and not comms[n].carried]
+    return len(c.titles) == 1 and not c.edge_ids and not own_children and not el.claims.get(c.titles[0])
+
+
+def _single_entity_report(title: str, description: str, human_readable_id: object, language: str) -> Report:
+    """Such a community has nothing to summarise beyond its entity, so no LLM call is spent on
+    it (text corpora yield many isolated entities; Microsoft drops them, we keep them covered)."""
+    explanation = SINGLE_ENTITY_EXPLANATION.get(language, SINGLE_ENTITY_EXPLANATION["en"])
+    return Report(title=title, summary=description, rating=1.0, rating_explanation=explanation,
+                  findings=[Finding(summary=title,
+                                    explanation=f"{description} [Data: Entities ({human_readable_id})]")])
+
+
 def _communities(communities: pd.DataFrame, el: _Elements) -> dict[int, _Community]:
     out = {}
     carried = communities["carried"] if "carried" in communities else [False] * len(communities)
@@ -398,7 +419,18 @@ async def write_reports(
     rows: dict[int, dict[str, Any]] = {}
     failed: list[int] = []
 
+    entity_info = {str(r.title): (str(r.description), r.human_readable_id)
+                   for r in entities.itertuples(index=False)}
+
     async def write(c: _Community) -> None:
+        if _isolated_entity(c, el, comms):
+            title = c.titles[0]
+            report = _single_entity_report(title, *entity_info[title], language)
+            reports[c.number] = report
+            rows[c.number] = _row_of(c, report, 0, False, today)
+            if advance:
+                advance(1)
+            return
         context, used_sub = _context(c, el, comms, reports, budget)
         messages = to_messages(render(template, input_text=context))
         try:
