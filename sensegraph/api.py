@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from .config import Settings, load_settings
 from .index.pipeline import IndexResult, run_index
 from .store.tables import TABLES, has_table, read_table
+
+if TYPE_CHECKING:
+    from .query import QueryResult
 
 
 def _settings(root: str | Path | Settings) -> Settings:
@@ -33,3 +38,45 @@ def load_index(root: str | Path | Settings = ".") -> dict[str, pd.DataFrame]:
         s = _settings(root)
         output = s.path(s.output_dir)
     return {name: read_table(output, name) for name in TABLES if has_table(output, name)}
+
+
+async def asearch(question: str, method: str = "global", *, root: str | Path | Settings = ".",
+                 index_dir: str | Path | None = None, level: int | None = None, dynamic: bool = False,
+                 response_type: str | None = None, history: list[dict[str, str]] | None = None,
+                 on_token: Callable[[str], None] | None = None, cache: bool | None = None) -> QueryResult:
+    """Answer `question` over the index of the project at `root` (or the index folder
+    `index_dir`, e.g. one written by Microsoft GraphRAG). `method` is one of global, local,
+    drift, basic, text. `history` holds earlier turns as {"role", "content"} dicts;
+    `on_token` receives the final answer as it is generated."""
+    from .query import Searcher
+
+    searcher = Searcher.open(_settings(root), index_dir, cache=cache)
+    try:
+        return await searcher.query(question, method, level=level, dynamic=dynamic, response_type=response_type,
+                                    history=history, on_token=on_token)
+    finally:
+        await searcher.aclose()
+
+
+def search(question: str, method: str = "global", **options: Any) -> QueryResult:
+    """Synchronous `asearch`."""
+    return asyncio.run(asearch(question, method, **options))
+
+
+def _method(name: str):
+    async def run_async(question: str, **options: Any) -> QueryResult:
+        return await asearch(question, name, **options)
+
+    def run(question: str, **options: Any) -> QueryResult:
+        return asyncio.run(asearch(question, name, **options))
+
+    run_async.__doc__ = run.__doc__ = f"`asearch(question, {name!r}, ...)`: see asearch for the options."
+    run_async.__name__, run.__name__ = f"a{name}_search", f"{name}_search"
+    return run_async, run
+
+
+aglobal_search, global_search = _method("global")
+alocal_search, local_search = _method("local")
+adrift_search, drift_search = _method("drift")
+abasic_search, basic_search = _method("basic")
+atext_search, text_search = _method("text")

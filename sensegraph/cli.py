@@ -60,6 +60,7 @@ def main() -> None:
       cp *.txt myproject/input/
       sensegraph index --root myproject     # build the graph index
       sensegraph doctor --root myproject    # check the configured models
+      sensegraph query "What are the main themes?" --root myproject
 
     Try `sensegraph demo` to index a small built-in corpus with the embedded model.
     """
@@ -132,7 +133,12 @@ def _run_index(settings, *, no_cache: bool = False, allow_partial: bool = False)
     from .index.documents import InputError
     from .index.pipeline import IndexFailed, run_index
     from .llm import LLMError
+    from .llm.doctor import preflight
 
+    # A wrong key, URL or model name would otherwise show only after every retry of every item.
+    problems = asyncio.run(preflight(settings))
+    if problems:
+        _fail("\n".join(problems))
     try:
         with progress_bars() as bar:
             return asyncio.run(run_index(settings, bar=bar, log=lambda m: console.print(m, highlight=False),
@@ -166,6 +172,128 @@ def _print_summary(result) -> None:
     out.print(table)
     if result.failures:
         console.print(f"[yellow]partial index: {json.dumps(result.failures)}[/]")
+
+
+METHOD_HELP = ("global: map-reduce over community reports at --level (whole-corpus questions); "
+               "local: an entity's neighbourhood (questions about specific things); "
+               "drift: global priming + local follow-ups; basic: vector search over text (baseline); "
+               "text: map-reduce over all source text (baseline).")
+
+
+@main.command()
+@click.argument("question")
+@ROOT_OPTION
+@click.option("--method", "-m", type=click.Choice(["global", "local", "drift", "basic", "text"]),
+              default="global", show_default=True, help=METHOD_HELP)
+@click.option("--level", "-l", type=click.IntRange(min=0), default=None,
+              help="Community level for global search: 0 = root (C0, broad and cheap), higher = more "
+                   "detailed and more calls. Default: query.level in settings.yaml (2).")
+@click.option("--dynamic", is_flag=True, help="Global search: rate reports from the root down and map only the "
+                                              "relevant branches (fewer tokens on focused questions).")
+@click.option("--response-type", default=None,
+              help='Shape of the answer, e.g. "single sentence", "list of 3-7 points" '
+                   '(default: query.response_type, "multiple paragraphs").')
+@click.option("--index", "index_dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Query this index folder instead of the project's output/ (e.g. one written by "
+                   "Microsoft GraphRAG); settings still come from --root.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: answer, citations, cited records, the full context, usage, stats.")
+@click.option("--stream", is_flag=True, help="Print the answer as it is generated.")
+@click.option("--no-cache", is_flag=True, help="Ignore the answer cache (every call is made again).")
+def query(question: str, root: str, method: str, level: int | None, dynamic: bool, response_type: str | None,
+          index_dir: str | None, as_json: bool, stream: bool, no_cache: bool) -> None:
+    """Answer QUESTION from the index, with citations such as [Data: Reports (3, 17)].
+
+    \b
+    Examples:
+      sensegraph query "What are the main themes?"                     # global, level 2
+      sensegraph query "What are the main themes?" --level 0           # root reports: cheapest
+      sensegraph query "Who is Maria Okafor?" -m local --stream
+      sensegraph query "..." -m global --dynamic --json > answer.json
+      sensegraph query "..." --index ./ms-graphrag/output -m local     # a Microsoft GraphRAG index
+
+    The answer goes to stdout; the cited records and the cost (calls, tokens) to stderr.
+    """
+    from .llm import LLMError
+    from .query import IndexNotFound, Searcher
+
+    settings = _settings(root)
+    if dynamic and method != "global":
+        _fail("--dynamic works with --method global only")
+    if stream and as_json:
+        _fail("choose --stream or --json, not both")
+    on_token = None
+    if stream:
+        def on_token(piece: str) -> None:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+    async def run():
+        searcher = Searcher.open(settings, index_dir, cache=False if no_cache else None,
+                                 log=lambda m: console.print(m, style="dim", highlight=False))
+        try:
+            return await searcher.query(question, method, level=level, dynamic=dynamic,
+                                        response_type=response_type, on_token=on_token)
+        finally:
+            await searcher.aclose()
+
+    try:
+        with console.status(f"{method} search…", spinner="dots") if not stream else _nothing():
+            result = asyncio.run(run())
+    except (IndexNotFound, ValueError) as exc:
+        _fail(str(exc))
+    except LLMError as exc:
+        _fail(str(exc), code=1)
+    if as_json:
+        out.print_json(json.dumps(result.to_dict(), ensure_ascii=False, default=str))
+        return
+    if stream:
+        sys.stdout.write("\n")
+    else:
+        click.echo(result.answer)
+    _print_query_footer(result)
+
+
+@contextmanager
+def _nothing():
+    yield
+
+
+def _print_query_footer(result) -> None:
+    names = {"Reports": "title", "Entities": "title", "Relationships": None, "Claims": "description",
+             "Sources": "text"}
+    for kind, records in result.cited.items():
+        shown = []
+        for r in records[:8]:
+            if kind == "Relationships":
+                label = f"{r.get('source')} — {r.get('target')}"
+            else:
+                label = str(r.get(names[kind]) or "")
+            label = " ".join(label.split()).lstrip(" ,.;:")
+            shown.append(f"{r['ref']}: {label[:60]}{'…' if len(label) > 60 else ''}")
+        more = f" (+{len(records) - 8} more)" if len(records) > 8 else ""
+        console.print(f"[bold]{kind}[/] " + "; ".join(shown) + more, highlight=False)
+    if result.invalid_citations:
+        console.print(f"[yellow]removed citations of records that were not in the context: "
+                      f"{json.dumps(result.invalid_citations)}[/]")
+    u, st = result.usage, result.stats
+    parts = [f"{result.method}"]
+    if "level" in st:
+        parts.append(f"level {st['level']}")
+    if "dynamic" in st:
+        parts.append(f"dynamic: {st['dynamic']['rated']} rated, {st['dynamic']['kept']} kept")
+    if "context_units" in st:
+        parts.append(f"{st['context_units']} context units, {st['context_tokens']:,} tokens")
+    if "map_calls" in st:
+        parts.append(f"{st['map_calls']} map + {st.get('reduce_calls', 0)} reduce calls")
+    parts.append(f"{u['calls']} LLM calls (+{u['cache_hits']} cached), "
+                 f"{u['prompt_tokens']:,} prompt + {u['completion_tokens']:,} completion tokens")
+    if "cost" in u:
+        parts.append(f"cost {u['cost']:.4f}")
+    console.print("[dim]" + " · ".join(parts) + "[/]", highlight=False)
+    if result.failures:
+        console.print(f"[yellow]{len(result.failures)} calls failed after every retry and are missing from "
+                      f"this answer: {', '.join(result.failures)}[/]", highlight=False)
 
 
 @main.command()
@@ -202,6 +330,37 @@ def demo(root: str, small: bool) -> None:
     out.print("[bold]Root-level community reports:[/]")
     for r in roots.itertuples():
         out.print(f"  • {r.title}  (rating {r.rank:g})")
+    _demo_questions(settings)
+
+
+DEMO_QUESTIONS = (
+    ("global", "What are the main themes of these documents?"),
+    ("local", "Who is Einar Lund and what is he involved in?"),
+)
+
+
+def _demo_questions(settings) -> None:
+    """End the demo as a user would start: one global and one local question, streamed."""
+    from .query import Searcher
+
+    async def run() -> None:
+        searcher = Searcher.open(settings)
+        try:
+            for method, question in DEMO_QUESTIONS:
+                out.print(f"\n[bold]$ sensegraph query {question!r} --method {method}[/]")
+
+                def on_token(piece: str) -> None:
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+
+                result = await searcher.query(question, method, level=0 if method == "global" else None,
+                                              on_token=on_token)
+                sys.stdout.write("\n")
+                _print_query_footer(result)
+        finally:
+            await searcher.aclose()
+
+    asyncio.run(run())
 
 
 if __name__ == "__main__":

@@ -127,6 +127,34 @@ class ReportSettings(_Section):
     max_tokens: int = Field(1500, ge=200)
 
 
+class QuerySettings(_Section):
+    """Budgets and knobs of the query methods (paper section 2.6 and the baselines)."""
+
+    level: int = Field(2, ge=0, description="community level for global search (0 = root, C0)")
+    # 0 = fit the chat model: 8000 tokens (the paper's context window) for a hosted model, and
+    # what fits one slot of the embedded model beside the prompt and the answer.
+    context_tokens: int = Field(0, ge=0)
+    map_max_tokens: int = Field(700, ge=64)
+    answer_max_tokens: int = Field(900, ge=64)
+    response_type: str = "multiple paragraphs"
+    seed: int = 42  # the shuffle of reports and text units before they are packed
+    dynamic_threshold: int = Field(1, ge=0, le=5, description="relevance 0-5 a report needs to be kept")
+    top_entities: int = Field(10, ge=1, description="local search: entities matched to the question")
+    text_unit_share: float = Field(0.5, ge=0, le=1, description="local search: share of the context")
+    community_share: float = Field(0.15, ge=0, le=1, description="local search: share of the context")
+    top_text_units: int = Field(10, ge=1, description="basic search: text units retrieved")
+    drift_primer_reports: int = Field(5, ge=1)
+    drift_depth: int = Field(2, ge=0, description="rounds of follow-up questions")
+    drift_breadth: int = Field(3, ge=1, description="follow-ups answered per round, best-scored first")
+
+    @model_validator(mode="after")
+    def _shares(self) -> "QuerySettings":
+        if self.text_unit_share + self.community_share > 1:
+            raise ValueError("text_unit_share + community_share must be at most 1 "
+                             "(the rest of the context holds entities, relationships and claims)")
+        return self
+
+
 class Settings(_Section):
     chat: ChatSettings = Field(default_factory=ChatSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
@@ -138,10 +166,20 @@ class Settings(_Section):
     summarize: SummarizeSettings = Field(default_factory=SummarizeSettings)
     communities: CommunitySettings = Field(default_factory=CommunitySettings)
     reports: ReportSettings = Field(default_factory=ReportSettings)
+    query: QuerySettings = Field(default_factory=QuerySettings)
     language: Literal["auto", "en", "zh"] = "auto"
     output_dir: str = "output"
     # Set by load_settings, not by the user: the project folder every relative path hangs off.
     root: str = "."
+
+    def query_context_tokens(self) -> int:
+        """The context budget of one query call (map chunk, reduce context or answer context)."""
+        if self.query.context_tokens:
+            return self.query.context_tokens
+        if self.chat.provider == "local":
+            # prompt instructions (~700 tokens) and the answer must fit beside the data
+            return max(1000, self.local.context_per_slot - 700 - self.query.answer_max_tokens)
+        return 8000
 
     def path(self, relative: str) -> Path:
         """Resolve a folder named in the settings against the project root."""

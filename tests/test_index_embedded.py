@@ -1,10 +1,12 @@
-"""Integration: index a tiny text with the real embedded 0.5B model, end to end."""
+"""Integration: index a tiny text with the real embedded 0.5B model, then ask it questions with
+every query method, end to end."""
 import asyncio
 
 import pytest
 
 from sensegraph.config import load_settings
 from sensegraph.index.pipeline import run_index
+from sensegraph.query import Searcher
 
 pytestmark = pytest.mark.embedded
 
@@ -13,16 +15,23 @@ Babbage designed the engine; Lovelace wrote the first program for it and publish
 in 1843 in a journal of the Royal Society. The Royal Society later honoured Babbage."""
 
 
-def test_tiny_index_with_embedded_model(tmp_path):
-    (tmp_path / "input").mkdir()
-    (tmp_path / "input" / "ada.txt").write_text(TEXT, encoding="utf-8")
-    settings = load_settings(tmp_path, overrides={
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    (root / "input").mkdir()
+    (root / "input" / "ada.txt").write_text(TEXT, encoding="utf-8")
+    settings = load_settings(root, overrides={
         "local": {"size": "0.5b", "parallel": 2},
         "extraction": {"max_gleanings": 0, "max_tokens": 700},
         "reports": {"max_tokens": 900},
         "chunks": {"size": 200, "overlap": 20},
+        "query": {"answer_max_tokens": 300, "map_max_tokens": 300, "drift_depth": 1, "drift_breadth": 1},
     })
-    result = asyncio.run(run_index(settings, allow_partial=True))
+    return settings, asyncio.run(run_index(settings, allow_partial=True))
+
+
+def test_tiny_index_with_embedded_model(tiny):
+    settings, result = tiny
     t = result.tables
     assert len(t["entities"]) >= 2
     titles = set(t["entities"]["title"])
@@ -36,3 +45,36 @@ def test_tiny_index_with_embedded_model(tmp_path):
     # A rerun is served from the cache: zero new calls.
     again = asyncio.run(run_index(settings, allow_partial=True))
     assert again.stats["llm"]["total"]["calls"] == 0
+
+
+QUESTIONS = {
+    "global": "What is this text about?",
+    "text": "What is this text about?",
+    "local": "What did Ada Lovelace do?",
+    "basic": "What did Ada Lovelace do?",
+    "drift": "What did Ada Lovelace do?",
+}
+
+
+@pytest.mark.parametrize("method", list(QUESTIONS))
+def test_every_query_method_answers_with_the_embedded_model(tiny, method):
+    settings, _ = tiny
+
+    async def ask():
+        searcher = Searcher.open(settings)
+        try:
+            first = await searcher.query(QUESTIONS[method], method, level=0)
+            again = await searcher.query(QUESTIONS[method], method, level=0)
+            return first, again
+        finally:
+            await searcher.aclose()
+
+    first, again = asyncio.run(ask())
+    assert first.answer.strip() and first.method == method
+    assert first.context.units > 0 and first.context.tokens > 0
+    assert first.usage["calls"] + first.usage["cache_hits"] > 0
+    # every citation left in the answer names a record that was in the context
+    given = first.context.records()
+    for kind, refs in first.citations.items():
+        assert set(refs) <= set(given.get(kind, {})), (kind, refs)
+    assert again.usage["calls"] == 0 and again.answer == first.answer  # the cache makes reruns free

@@ -36,7 +36,7 @@ async def embed_tables(tables: dict[str, pd.DataFrame], embedder, output_dir: Pa
             if advance:
                 advance(len(part))
         matrix = np.concatenate(vectors) if vectors else np.zeros((0, 0), np.float32)
-        write_vectors(output_dir, name, df["id"].tolist(), matrix)
+        write_vectors(output_dir, name, df["id"].tolist(), matrix, model=embedder.model)
         counts[name] = len(texts)
     return counts
 

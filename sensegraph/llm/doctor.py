@@ -64,15 +64,19 @@ def _fix(exc: BaseException, section: str, m: ModelSettings, base_url: str | Non
     """One sentence saying what to change."""
     url = _safe_url(base_url or m.base_url)
     reason = exc.reason if isinstance(exc, LLMError) else ""
-    if isinstance(exc, openai.AuthenticationError) or "(401)" in reason:
-        return f"the server at {url} refused the API key (401); set OPENAI_API_KEY in .env or {section}.api_key in settings.yaml"
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)) or "(401)" in reason:
+        status = getattr(exc, "status_code", 401)
+        what = "refused the API key" if m.api_key else "needs an API key, and none is set"
+        return (f"the server at {url} {what} ({status}); set OPENAI_API_KEY in .env "
+                f"or {section}.api_key in settings.yaml")
     if isinstance(exc, openai.NotFoundError) or "(404)" in reason:
         return (f"{url} does not know the model {m.model!r} (404); fix {section}.model "
                 f"(for Azure, the deployment name) or {section}.base_url")
-    if isinstance(exc, openai.APIConnectionError) or "could not reach the server" in reason:
-        return f"nothing answers at {url}; start the server or fix {section}.base_url"
+    # APITimeoutError is an APIConnectionError: test it first.
     if isinstance(exc, openai.APITimeoutError) or "timed out" in reason:
         return f"{url} did not answer within {m.timeout:.0f}s; check the server or raise {section}.timeout"
+    if isinstance(exc, openai.APIConnectionError) or "could not reach the server" in reason:
+        return f"nothing answers at {url}; start the server or fix {section}.base_url"
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text
 
@@ -216,3 +220,65 @@ def print_report(checks: list[Check]) -> None:
         console.print(f"[red]{len(failed)} of {len(checks)} checks failed.[/red] Fix the first one first.")
     else:
         console.print("[green]All checks passed.[/green]")
+
+
+# -- preflight: the checks `sensegraph index` makes before any work -----------------------------
+PREFLIGHT_TIMEOUT = 30.0
+
+
+async def preflight(settings: Settings) -> list[str]:
+    """One sentence per configured remote endpoint that cannot work (unreachable, key refused,
+    unknown model); empty if all look usable. Costs nothing when the server lists the model
+    (GET /models); otherwise one tiny request tells whether the model name is known. Transient
+    errors (429, 5xx) pass: the index's own retries deal with them."""
+    problems = []
+    for section in ("chat", "embedding"):
+        m: ModelSettings = getattr(settings, section)
+        if m.provider != "openai":
+            continue  # the embedded models are checked when they start
+        sentence = await _preflight_endpoint(settings, section)
+        if sentence:
+            problems.append(_scrub(sentence, settings))
+    return problems
+
+
+async def _preflight_endpoint(settings: Settings, section: str) -> str | None:
+    s = settings.model_copy(deep=True)
+    m: ModelSettings = getattr(s, section)
+    m.timeout = min(m.timeout, PREFLIGHT_TIMEOUT)
+    m.max_retries = 0
+    holder = open_chat(s, cache=None) if section == "chat" else open_embedder(s, cache=None)
+    listed: set[str] | None = None
+    try:
+        raw = await holder._openai() if section == "chat" else holder._openai()
+        listed = await _listed_models(raw)
+        if listed is not None and m.model in listed:
+            return None
+        # Not listed: some servers serve any name, Azure lists models, not deployments. Ask once.
+        if section == "chat":
+            await raw.chat.completions.create(model=m.model, messages=[{"role": "user", "content": "ping"}],
+                                              max_tokens=1, temperature=0.0)
+        else:
+            await raw.embeddings.create(model=m.model, input=["ping"])
+        return None
+    except openai.NotFoundError as exc:
+        known = f" (the server lists: {', '.join(sorted(listed)[:8])})" if listed else ""
+        return _fix(exc, section, m, m.base_url) + known
+    except (openai.AuthenticationError, openai.PermissionDeniedError, openai.APIConnectionError) as exc:
+        return _fix(exc, section, m, m.base_url)
+    except openai.APIStatusError:
+        return None  # 400, 429, 5xx: not a setup error; the index's retries and messages handle them
+    finally:
+        await holder.aclose()
+
+
+async def _listed_models(raw: openai.AsyncOpenAI) -> set[str] | None:
+    """The model ids the server lists, or None if it has no listing (or lists nothing)."""
+    try:
+        page = await raw.models.list()
+    except (openai.AuthenticationError, openai.PermissionDeniedError):
+        raise
+    except openai.APIStatusError:
+        return None  # no /models route: not an error, the tiny request decides
+    ids = {str(getattr(x, "id", "")) for x in page.data}
+    return ids or None

@@ -9,10 +9,12 @@ and a user message (the data of this call).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).parent
 LANGUAGES = ("en", "zh")
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
 def prompt_names() -> list[str]:
@@ -33,9 +35,8 @@ def load_prompt(name: str, language: str = "en", root: str | Path | None = None)
 
 
 def render(template: str, **values: object) -> str:
-    for key, value in values.items():
-        template = template.replace("{" + key + "}", str(value))
-    return template
+    # One pass, so a value that itself contains "{name}" (a document, a question) is never expanded.
+    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), template)
 
 
 USER_MARKER = "=== user ==="

@@ -22,7 +22,9 @@ def vectors_path(output_dir: Path, name: str) -> Path:
     return Path(output_dir) / VECTOR_DIR / f"{name}.parquet"
 
 
-def write_vectors(output_dir: Path, name: str, ids: list[str], vectors: np.ndarray) -> Path:
+def write_vectors(output_dir: Path, name: str, ids: list[str], vectors: np.ndarray, model: str = "") -> Path:
+    """Write one vector table; `model` names the embedding model, so a query embedded by a
+    different model is caught instead of silently compared with incomparable vectors."""
     path = vectors_path(output_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -30,6 +32,7 @@ def write_vectors(output_dir: Path, name: str, ids: list[str], vectors: np.ndarr
     flat = pa.array(vectors.reshape(-1), type=pa.float32())
     column = pa.FixedSizeListArray.from_arrays(flat, dim) if dim else pa.array([], pa.list_(pa.float32()))
     table = pa.table({"id": pa.array(ids, pa.string()), "vector": column})
+    table = table.replace_schema_metadata({b"sensegraph.model": model.encode(), b"sensegraph.dim": str(dim).encode()})
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.", suffix=".tmp")
     os.close(fd)
     try:
@@ -39,6 +42,15 @@ def write_vectors(output_dir: Path, name: str, ids: list[str], vectors: np.ndarr
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def vector_model(output_dir: Path, name: str) -> str | None:
+    """The embedding model a stored vector table was made with ("" if unknown, None if absent)."""
+    path = vectors_path(output_dir, name)
+    if not path.exists():
+        return None
+    meta = pq.read_schema(path).metadata or {}
+    return meta.get(b"sensegraph.model", b"").decode()
 
 
 class VectorIndex:

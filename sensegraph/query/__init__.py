@@ -1,0 +1,87 @@
+"""Query methods over an index (paper section 2.6 plus the baselines of section 3).
+
+    searcher = Searcher.open(settings)            # loads the tables once
+    result = await searcher.query("What are the main themes?", method="global", level=1)
+    print(result.answer, result.citations, result.usage)
+
+Methods: global (map-reduce over community reports at a level; `dynamic=True` for dynamic
+community selection), local (entity neighbourhood), drift (global priming + local follow-ups),
+basic (vector RAG over text units, the SS baseline) and text (map-reduce over text units, the
+TS baseline). Every method returns a `QueryResult`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..config import Settings
+from ..llm import open_cache, open_chat, open_embedder
+from ..llm.usage import Usage
+from .answer import Query, QueryResult
+from .basic_search import basic_search
+from .data import GraphIndex, IndexNotFound
+from .drift_search import drift_search
+from .global_search import global_search, text_search
+from .local_search import local_search
+
+METHODS = ("global", "local", "drift", "basic", "text")
+
+
+class Searcher:
+    """An index opened for questions: tables, vectors, cache and embedder are loaded once and
+    shared by every query; each query gets its own usage counters."""
+
+    def __init__(self, settings: Settings, index: GraphIndex, *, cache: bool | None = None,
+                 log: Callable[[str], None] = lambda m: None):
+        self.settings = settings
+        self.index = index
+        self.log = log
+        self.cache = open_cache(settings, cache)
+        self.embedder = open_embedder(settings, cache=self.cache)
+
+    @classmethod
+    def open(cls, settings: Settings, index_dir: str | Path | None = None, **kwargs) -> "Searcher":
+        folder = Path(index_dir) if index_dir else settings.path(settings.output_dir)
+        return cls(settings, GraphIndex.load(folder), **kwargs)
+
+    async def query(
+        self,
+        question: str,
+        method: str = "global",
+        *,
+        level: int | None = None,
+        dynamic: bool = False,
+        response_type: str | None = None,
+        history: list[dict[str, str]] | None = None,
+        on_token: Callable[[str], None] | None = None,
+    ) -> QueryResult:
+        if method not in METHODS:
+            raise ValueError(f"unknown query method {method!r}; choose one of {', '.join(METHODS)}")
+        if not question or not question.strip():
+            raise ValueError("the question is empty")
+        if dynamic and method != "global":
+            raise ValueError("dynamic community selection applies to global search only")
+        chat = self.settings.chat
+        llm = open_chat(self.settings, cache=self.cache,
+                        usage=Usage(chat.price_per_1k_prompt, chat.price_per_1k_completion))
+        self.embedder.usage = Usage()
+        q = Query(question.strip(), self.settings, self.index, llm, self.embedder,
+                  response_type=response_type or "", history=list(history or []), on_token=on_token, log=self.log)
+        try:
+            if method == "global":
+                return await global_search(q, level=level, dynamic=dynamic)
+            if method == "text":
+                return await text_search(q)
+            if method == "local":
+                return await local_search(q)
+            if method == "drift":
+                return await drift_search(q)
+            return await basic_search(q)
+        finally:
+            await llm.aclose()
+
+    async def aclose(self) -> None:
+        await self.embedder.aclose()
+
+
+__all__ = ["Searcher", "QueryResult", "METHODS", "GraphIndex", "IndexNotFound"]

@@ -1,0 +1,139 @@
+"""The index as the query methods see it: tables, lookups by id and title, and vector search.
+
+Works on an index written by sensegraph or by Microsoft GraphRAG 3.x (same table names and
+columns). Vectors come from `output/embeddings/` when they were made by the configured embedding
+model; otherwise they are computed with it (the embedding cache makes that a one-time cost) and
+written back if the folder is writable — a shared, read-only index stays untouched.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..index.embed import EMBEDDED_FIELDS
+from ..store.tables import TABLES, has_table, read_table
+from ..store.vectors import VectorIndex, vector_model, vectors_path, write_vectors
+
+REQUIRED = ("entities", "relationships", "communities", "community_reports", "text_units")
+
+
+class IndexNotFound(FileNotFoundError):
+    pass
+
+
+def writable(folder: Path) -> bool:
+    """Whether vectors may be written into `folder`. os.access alone is not enough: for root it
+    is True even on a folder marked read-only (r-x), so a shared index would be written to;
+    a folder without any write bit is taken as read-only by intent."""
+    return os.access(folder, os.W_OK) and bool(os.stat(folder).st_mode & 0o222)
+
+
+def list_ids(value: Any) -> list:
+    """A list-of-ids cell as a Python list (parquet gives numpy arrays, missing gives NaN)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return []
+    return list(value)
+
+
+@dataclass
+class GraphIndex:
+    """Read-only view of one index folder."""
+
+    output_dir: Path
+    tables: dict[str, pd.DataFrame]
+    _vectors: dict[str, VectorIndex] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, output_dir: str | Path) -> "GraphIndex":
+        output_dir = Path(output_dir)
+        missing = [t for t in REQUIRED if not has_table(output_dir, t)]
+        if missing:
+            hint = ("run `sensegraph index` first" if not has_table(output_dir, "documents")
+                    else "the index is incomplete; rerun `sensegraph index` to finish it")
+            raise IndexNotFound(f"no complete index in {output_dir} (missing {', '.join(missing)}): {hint}")
+        tables = {name: read_table(output_dir, name) for name in TABLES if has_table(output_dir, name)}
+        for name, df in tables.items():
+            tables[name] = df.reset_index(drop=True)
+        return cls(output_dir, tables)
+
+    # -- lookups ------------------------------------------------------------------------------
+    @property
+    def entities(self) -> pd.DataFrame:
+        return self.tables["entities"]
+
+    @property
+    def relationships(self) -> pd.DataFrame:
+        return self.tables["relationships"]
+
+    @property
+    def reports(self) -> pd.DataFrame:
+        return self.tables["community_reports"]
+
+    @property
+    def communities(self) -> pd.DataFrame:
+        return self.tables["communities"]
+
+    @property
+    def text_units(self) -> pd.DataFrame:
+        return self.tables["text_units"]
+
+    @property
+    def claims(self) -> pd.DataFrame:
+        df = self.tables.get("covariates")
+        return df if df is not None else pd.DataFrame(columns=["id", "human_readable_id", "subject_id"])
+
+    def max_level(self) -> int:
+        return int(self.reports["level"].max()) if len(self.reports) else 0
+
+    def entity_rows(self, ids: list[str]) -> pd.DataFrame:
+        by_id = self._index("entities", "id")
+        return self.entities.iloc[[by_id[i] for i in ids if i in by_id]]
+
+    def rows_by(self, table: str, column: str, values: list) -> pd.DataFrame:
+        idx = self._index(table, column)
+        return self.tables[table].iloc[[idx[v] for v in values if v in idx]]
+
+    def _index(self, table: str, column: str) -> dict[Any, int]:
+        key = f"_by_{table}_{column}"
+        if key not in self.__dict__:
+            df = self.tables.get(table)
+            self.__dict__[key] = {} if df is None else {v: i for i, v in enumerate(df[column].tolist())}
+        return self.__dict__[key]
+
+    # -- vectors ------------------------------------------------------------------------------
+    async def vectors(self, name: str, embedder, log: Callable[[str], None] = lambda m: None) -> VectorIndex:
+        """Vector index of `name` (text_units, entities or community_reports) under `embedder`'s model."""
+        if name in self._vectors:
+            return self._vectors[name]
+        df = self.tables[name]
+        stored = vector_model(self.output_dir, name)
+        index: VectorIndex | None = None
+        if stored is not None and stored in ("", embedder.model):
+            index = VectorIndex.load(self.output_dir, name)
+            # vectors of another size or of other rows (an older index) are not usable
+            if set(index.ids) != set(df["id"]) or (index.dim and embedder.settings.provider == "local"
+                                                    and index.dim != embedder.dim):
+                index = None
+        if index is None:
+            log(f"embedding {len(df)} {name.replace('_', ' ')} with {embedder.model or 'the embedding model'} "
+                f"(once: the vectors are cached)")
+            text_of = EMBEDDED_FIELDS[name]
+            texts = [str(text_of(row)) for _, row in df.iterrows()]
+            batch = max(1, embedder.settings.batch_size)
+            parts = [await embedder.embed(texts[i:i + batch], kind="passage", step="embed")
+                     for i in range(0, len(texts), batch)]
+            matrix = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+            index = VectorIndex(df["id"].tolist(), matrix)
+            if writable(self.output_dir):
+                write_vectors(self.output_dir, name, index.ids, matrix, model=embedder.model)
+        self._vectors[name] = index
+        return index
+
+    def has_vectors(self, name: str) -> bool:
+        return vectors_path(self.output_dir, name).exists()
