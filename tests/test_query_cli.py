@@ -75,3 +75,17 @@ def test_python_api_per_method_functions(project):
     result = sensegraph.search("Tell me about ENTITY 2", "local", root=root,
                                history=[{"role": "user", "content": "Who is ENTITY 1?"}])
     assert "ENTITY 2" in set(result.context_tables["Entities"]["title"])
+
+
+def test_demo_ends_with_a_global_and_a_local_answer(tmp_path):
+    with start_mock_server() as server:
+        (tmp_path / "settings.yaml").write_text(
+            f"chat:\n  provider: openai\n  model: m\n  base_url: {server.base_url}\n  api_key: k\n"
+            f"embedding:\n  provider: openai\n  model: e\n  base_url: {server.base_url}\n  api_key: k\n",
+            encoding="utf-8")
+        res = CliRunner().invoke(cli_main, ["demo", "--root", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.stdout.split())  # rich wraps long lines
+    assert "--method global" in out and "--method local" in out
+    assert "Einar Lund" in out  # the local question names an entity of the demo corpus
+    assert " ".join(res.stderr.split()).count("LLM calls") == 2  # one cost footer per question

@@ -33,6 +33,10 @@ async def _rate(q: Query, row: pd.Series) -> int:
     return max(0, min(5, answer.rating))
 
 
+async def _inherit(threshold: int) -> int:
+    return threshold
+
+
 async def select_reports(q: Query, max_level: int) -> tuple[pd.DataFrame, dict]:
     """The reports to map, and what the selection did (rated, kept, per level)."""
     reports = q.index.reports
@@ -48,8 +52,12 @@ async def select_reports(q: Query, max_level: int) -> tuple[pd.DataFrame, dict]:
     level = 0
     while queue and level <= max_level:
         rows = [reports.iloc[by_community[c]] for c in queue]
-        outcomes = await asyncio.gather(*(_rate(q, r) for r in rows), return_exceptions=True)
-        rated += len(rows)
+        # A community carried unchanged from the level above has its parent's report text: it
+        # inherits the parent's verdict (it is only in the queue because the parent was relevant).
+        carried = [bool(r.get("carried", False)) and level > 0 for r in rows]
+        outcomes = await asyncio.gather(*(_inherit(threshold) if c else _rate(q, r) for r, c in zip(rows, carried)),
+                                        return_exceptions=True)
+        rated += len(rows) - sum(carried)
         now = []
         for c, outcome in zip(queue, outcomes):
             if isinstance(outcome, LLMError):
@@ -59,7 +67,7 @@ async def select_reports(q: Query, max_level: int) -> tuple[pd.DataFrame, dict]:
                 raise outcome
             elif outcome >= threshold:
                 now.append(c)
-        per_level.append({"level": level, "rated": len(rows), "relevant": len(now)})
+        per_level.append({"level": level, "rated": len(rows) - sum(carried), "relevant": len(now)})
         relevant.update(now)
         # Nothing relevant yet: the root summaries may be too coarse, so look one level down.
         parents = now if (now or relevant) else queue
