@@ -371,9 +371,9 @@ def _demo_questions(settings) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. Anything but loopback exposes the index: set --api-key too.")
 @click.option("--port", "-p", default=8000, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--api-key", envvar="SG_API_KEY", default=None,
+@click.option("--api-key", envvar="SENSEGRAPH_API_KEY", default=None,
               help="Require this key (header X-API-Key or Authorization: Bearer) on every API call; "
-                   "also read from $SG_API_KEY.")
+                   "also read from $SENSEGRAPH_API_KEY.")
 @click.option("--cors-origin", "cors_origins", multiple=True,
               help="Allow browser pages from this origin to call the API (repeatable). Default: none.")
 @click.option("--max-body", default=1_000_000, show_default=True, type=click.IntRange(1024),

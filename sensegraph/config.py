@@ -213,11 +213,16 @@ def _expand(value: Any, env: dict[str, str], where: str) -> Any:
     return _VAR.sub(fill, value)
 
 
+# Variables with the prefix that are not settings: the project folder, and the key `sensegraph
+# serve` requires (a secret for the server's callers, not a model setting).
+NOT_SETTINGS = ("SENSEGRAPH_ROOT", "SENSEGRAPH_API_KEY")
+
+
 def _env_overrides(env: dict[str, str]) -> list[tuple[list[str], str, str]]:
     """SENSEGRAPH_CHAT__BASE_URL=... -> (['chat', 'base_url'], value, variable name)."""
     out = []
     for name, value in env.items():
-        if name.upper().startswith(ENV_PREFIX) and name.upper() not in ("SENSEGRAPH_ROOT",):
+        if name.upper().startswith(ENV_PREFIX) and name.upper() not in NOT_SETTINGS:
             keys = name[len(ENV_PREFIX):].lower().split("__")
             out.append((keys, value, name))
     return sorted(out)

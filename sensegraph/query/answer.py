@@ -165,6 +165,10 @@ def usage_of(llm: ChatClient, embedder: Any = None) -> dict[str, Any]:
         "steps": {name: {"calls": s.calls, "cache_hits": s.cache_hits, "prompt_tokens": s.prompt_tokens,
                          "completion_tokens": s.completion_tokens} for name, s in sorted(llm.usage.steps.items())},
     }
+    # map/reduce counts as the paper reports them: answers used, whether fresh or from the cache
+    for step in ("map", "reduce"):
+        st = llm.usage.steps.get(step)
+        out[f"{step}_calls"] = (st.calls + st.cache_hits) if st else 0
     if llm.usage.price_prompt or llm.usage.price_completion:
         out["cost"] = round(llm.usage.cost(), 6)
     if embedder is not None:
