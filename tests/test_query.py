@@ -313,3 +313,14 @@ def test_history_reaches_the_answer_prompt(tmp_path):
     user = last_user(llm.requests[0])
     assert "Tell me about ENTITY 1" in user and "It is big." in user
     assert "ENTITY 1" in q.search_text()
+
+
+def test_projection_covers_a_branch_whose_child_report_is_missing_with_the_parent(tmp_path):
+    index = synthetic_index(tmp_path)
+    reports = index.reports[index.reports["community"] != 3]  # 3 failed, and its child 5 has none
+    members = dict(zip(index.communities["community"], index.communities["entity_ids"]))
+    for level in (1, 2):
+        chosen = project_reports(reports, index.communities, level)
+        assert set(chosen["community"]) == {0, 1}  # not {2, 1}: that would lose entities 3-5
+        covered = [e for c in chosen["community"] for e in list_ids(members[c])]
+        assert sorted(covered) == sorted(index.entities["id"])

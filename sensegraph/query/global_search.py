@@ -35,19 +35,43 @@ class MapAnswer(BaseModel):
 def project_reports(reports: pd.DataFrame, communities: pd.DataFrame | None, level: int) -> pd.DataFrame:
     """The reports that describe the graph at `level`: those at the level, plus, for every branch
     of the hierarchy that ends above it, the branch's deepest report (the paper's projection), so
-    each level covers every community once. A community whose children have no report (e.g. a
-    failed report) is covered by its own report."""
-    candidates = reports[reports["level"] <= level]
-    have = set(candidates["community"].tolist())
-    children: dict[int, list[int]] = {}
-    source = communities if communities is not None and "children" in communities else reports
-    for community, kids in zip(source["community"].tolist(), source["children"].tolist()):
-        children[int(community)] = [int(k) for k in list_ids(kids)]
-    keep = [
-        lvl == level or not any(k in have for k in children.get(int(c), []))
-        for c, lvl in zip(candidates["community"].tolist(), candidates["level"].tolist())
-    ]
-    return candidates[keep]
+    each level covers every community once.
+
+    Walks down from the roots and descends into a community's children only when every child
+    can be covered (has a report, or children that all can): a missing report (a failed item
+    in a partial index) is then covered by its parent's report instead of leaving a hole."""
+    tree = communities if communities is not None and "children" in communities else reports
+    level_of = {int(c): int(lvl) for c, lvl in zip(tree["community"].tolist(), tree["level"].tolist())}
+    children = {int(c): [int(k) for k in list_ids(kids) if level_of.get(int(k), level + 1) <= level]
+                for c, kids in zip(tree["community"].tolist(), tree["children"].tolist())}
+    row_of = {int(c): i for i, c in enumerate(reports["community"].tolist())}
+    have = {c for c in row_of if level_of.get(c, 0) <= level}
+    memo: dict[int, bool] = {}
+
+    def coverable(c: int) -> bool:
+        if c not in memo:
+            kids = children.get(c, [])
+            memo[c] = c in have or (bool(kids) and all(coverable(k) for k in kids))
+        return memo[c]
+
+    chosen: list[int] = []
+
+    def visit(c: int) -> None:
+        kids = children.get(c, [])
+        if kids and all(coverable(k) for k in kids):
+            for k in kids:
+                visit(k)
+        elif c in have:
+            chosen.append(c)
+        else:  # neither this report nor all of the children's: cover what can be covered
+            for k in kids:
+                if coverable(k):
+                    visit(k)
+
+    parents = {int(k) for kids in tree["children"].tolist() for k in list_ids(kids)}
+    for root in sorted(c for c in level_of if c not in parents):
+        visit(root)
+    return reports.iloc[sorted(row_of[c] for c in chosen)]
 
 
 def shuffled(df: pd.DataFrame, seed: int) -> list[pd.Series]:
