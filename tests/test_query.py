@@ -324,3 +324,12 @@ def test_projection_covers_a_branch_whose_child_report_is_missing_with_the_paren
         assert set(chosen["community"]) == {0, 1}  # not {2, 1}: that would lose entities 3-5
         covered = [e for c in chosen["community"] for e in list_ids(members[c])]
         assert sorted(covered) == sorted(index.entities["id"])
+
+
+def test_an_index_without_entities_gets_a_plain_answer_and_no_call(tmp_path):
+    q, llm = make_query(tmp_path, lambda b: "should not be asked", question="Who is ENTITY 3?")
+    for name in ("entities", "relationships", "communities", "community_reports", "covariates"):
+        q.index.tables[name] = q.index.tables[name].iloc[0:0]
+    assert run(local_search(q)).answer == NO_ANSWER["en"]
+    assert run(global_search(q, level=0)).answer == NO_ANSWER["en"]
+    assert llm.requests == []

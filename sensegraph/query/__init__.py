@@ -29,7 +29,10 @@ METHODS = ("global", "local", "drift", "basic", "text")
 
 class Searcher:
     """An index opened for questions: tables, vectors, cache and embedder are loaded once and
-    shared by every query; each query gets its own usage counters."""
+    shared by every query; each query gets its own usage counters.
+
+    Use one Searcher within one event loop (its HTTP clients belong to the loop they first ran
+    on): a long-lived server keeps its loop; one-off callers open a Searcher per `asyncio.run`."""
 
     def __init__(self, settings: Settings, index: GraphIndex, *, cache: bool | None = None,
                  log: Callable[[str], None] = lambda m: None):

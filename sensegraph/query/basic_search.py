@@ -5,7 +5,7 @@ the same prompt as local search, so the comparison isolates what the graph adds.
 """
 from __future__ import annotations
 
-from .answer import Query, QueryResult, final_answer, result
+from .answer import Query, QueryResult, final_answer, no_answer, result
 from .context import Context, pack
 from .local_search import allowed_refs
 
@@ -16,7 +16,10 @@ async def basic_search(q: Query) -> QueryResult:
     hits = vectors.search(query_vector, k=q.settings.query.top_text_units)
     rows = q.index.rows_by("text_units", "id", [i for i, _ in hits])
     context = Context([pack("Sources", (r for _, r in rows.iterrows()), q.budget)])
-    answer = await final_answer(q, q.render("query_answer", context=context.text()), step="answer")
+    if context.units:
+        answer = await final_answer(q, q.render("query_answer", context=context.text()), step="answer")
+    else:  # nothing matched (e.g. an index without entities): say so rather than ask about nothing
+        answer = no_answer(q)
     stats = {"context_units": context.units, "context_tokens": context.tokens,
              "similarity": [round(score, 4) for _, score in hits[:context.units]]}
     return result(q, "basic", answer, context, stats=stats, allowed=allowed_refs(context))

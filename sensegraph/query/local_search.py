@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .answer import Query, QueryResult, final_answer, result
+from .answer import Query, QueryResult, final_answer, no_answer, result
 from .context import Context, Section, pack
 from .data import list_ids
 from .global_search import project_reports
@@ -111,7 +111,10 @@ def allowed_refs(context: Context) -> dict[str, set[int]]:
 
 async def local_search(q: Query) -> QueryResult:
     context = await local_context(q, q.search_text())
-    answer = await final_answer(q, q.render("query_answer", context=context.text()), step="answer")
+    if context.units:
+        answer = await final_answer(q, q.render("query_answer", context=context.text()), step="answer")
+    else:  # nothing matched (e.g. an index without entities): say so rather than ask about nothing
+        answer = no_answer(q)
     stats = {"context_units": context.units, "context_tokens": context.tokens,
              "sections": {s.kind: {"rows": len(s), "tokens": s.tokens} for s in context.sections}}
     return result(q, "local", answer, context, stats=stats, allowed=allowed_refs(context))
