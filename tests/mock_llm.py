@@ -207,6 +207,10 @@ def _hint_schema(body: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _wants_json(body: dict[str, Any]) -> bool:
+    return bool(body.get("response_format")) or _hint_schema(body) is not None
+
+
 def _chat_answer(body: dict[str, Any], digest: bytes, fault: str) -> tuple[str, str]:
     """(content, finish_reason) for a chat request."""
     text = _last_user(body)
@@ -224,8 +228,10 @@ def _chat_answer(body: dict[str, Any], digest: bytes, fault: str) -> tuple[str, 
     if schema is None:
         phrases = _phrases(text)[:3]
         content = f"About {', '.join(phrases)}: {_window(text, phrases[0], 200)}"
-        if fault in ("truncated", "length"):
-            return content[: len(content) // 2], "length" if fault == "length" else "stop"
+        if fault == "length":
+            return content[: len(content) // 2], "length"
+        # ("truncated" plain text is cut in transfer by _chat: a shorter text that claims to be
+        # complete would be a different answer, not a fault any client could notice.)
         return content, "stop"
     instance = _Gen(text, rng).value(schema)
     if fault == "invalid":
@@ -258,7 +264,8 @@ class MockServer:
 
     def __init__(self, *, latency: float = 0.0, faults: dict[str, float] | None = None,
                  script: list[str] | None = None, seed: int = 0, host: str = "127.0.0.1", port: int = 0,
-                 reject_formats: tuple[str, ...] = ()):
+                 reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
+                 api_key: str | None = None):
         unknown = set(faults or {}) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)}; allowed: {', '.join(FAULTS)}")
@@ -270,6 +277,10 @@ class MockServer:
         self.port = port
         # response_format types answered with 400, like a server without structured output.
         self.reject_formats = set(reject_formats)
+        # Like a real server: unknown model names get 404, a missing or wrong key gets 401.
+        self.models = tuple(models) if models is not None else None
+        self.api_key = api_key
+        self.last_headers: dict[str, str] = {}
         self.requests: deque[dict[str, Any]] = deque(maxlen=1000)  # the last request bodies
         self._seen: Counter[bytes] = Counter()  # occurrences per body: faults repeat per request order
         self._by_kind: Counter[str] = Counter()
@@ -402,6 +413,12 @@ class MockServer:
                         headers[k.strip().lower()] = v.strip()
                 length = int(headers.get("content-length") or 0)
                 body = await reader.readexactly(length) if length else b""
+                self.last_headers = headers  # for subclasses that answer by header (tests)
+                if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
+                    with self._lock:
+                        self._by_kind["unauthorized"] += 1
+                    self._send(writer, 401, _error("Incorrect API key provided", "invalid_api_key"))
+                    continue
                 keep = await self._respond(method, path, body, reader, writer)
                 if not keep or headers.get("connection", "").lower() == "close":
                     return
@@ -431,7 +448,8 @@ class MockServer:
             if kind == "other":
                 if method == "GET" and path.endswith("/models"):
                     self._send(writer, 200, {"object": "list", "data": [
-                        {"id": "mock", "object": "model", "created": 0, "owned_by": "mock"}]})
+                        {"id": m, "object": "model", "created": 0, "owned_by": "mock"}
+                        for m in (self.models if self.models is not None else ("mock",))]})
                 else:
                     self._send(writer, 404, _error(f"no route {method} {path}", "not_found"))
                 return True
@@ -441,6 +459,9 @@ class MockServer:
                 self._send(writer, 400, _error("request body is not JSON", "invalid_request_error"))
                 return True
             self.requests.append(body)
+            if self.models is not None and body.get("model") not in self.models:
+                self._send(writer, 404, _error(f"The model `{body.get('model')}` does not exist", "model_not_found"))
+                return True
             digest = hashlib.sha256(raw).digest()
             fault = self._fault(digest)
             with self._lock:
@@ -488,12 +509,17 @@ class MockServer:
         if body.get("stream"):
             self._stream(writer, ident, model, content, finish, usage)
             return
-        self._send(writer, 200, {
+        reply = {
             "id": ident, "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "finish_reason": finish,
                          "message": {"role": "assistant", "content": content}}],
             "usage": usage,
-        })
+        }
+        if fault == "truncated" and not _wants_json(body):
+            payload = json.dumps(reply, ensure_ascii=False).encode("utf-8")
+            self._send_raw(writer, 200, payload[: len(payload) // 2], "application/json")
+            return
+        self._send(writer, 200, reply)
 
     def _stream(self, writer: asyncio.StreamWriter, ident: str, model: str, content: str, finish: str,
                 usage: dict[str, int]) -> None:
@@ -554,16 +580,19 @@ def _error(message: str, etype: str) -> dict[str, Any]:
 
 def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None = None,
                       script: list[str] | None = None, seed: int = 0, port: int = 0,
-                      reject_formats: tuple[str, ...] = ()) -> MockServer:
+                      reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
+                      api_key: str | None = None) -> MockServer:
     """Start a mock server in a background thread; use as a context manager or call `.stop()`.
 
     faults: rates per fault, e.g. {"429": 0.1, "hang": 0.01} (FAULTS lists them).
     script: one entry per request, in arrival order, before random faults apply:
             "ok", a fault name, "fenced", "length" or any HTTP status such as "401".
     reject_formats: response_format types answered with 400 ("json_schema", "json_object").
+    models: the model names served (listed by GET /models); others get 404. None: any name.
+    api_key: if set, requests without `Authorization: Bearer <api_key>` get 401.
     """
     return MockServer(latency=latency, faults=faults, script=script, seed=seed, port=port,
-                      reject_formats=reject_formats).start()
+                      reject_formats=reject_formats, models=models, api_key=api_key).start()
 
 
 def main() -> None:
@@ -575,6 +604,8 @@ def main() -> None:
     ap.add_argument("--faults", default="", help="explicit rates, e.g. 429=0.1,hang=0.01 (wins over --fault-rate)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reject", default="", help="response_format types to refuse, e.g. json_schema")
+    ap.add_argument("--models", default="", help="comma-separated model names served; others get 404")
+    ap.add_argument("--api-key", default=None, help="require this bearer key (others get 401)")
     args = ap.parse_args()
     faults: dict[str, float] = {}
     if args.fault_rate:
@@ -583,7 +614,9 @@ def main() -> None:
     if args.faults:
         faults = {k: float(v) for k, v in (kv.split("=") for kv in args.faults.split(","))}
     server = start_mock_server(latency=args.latency, faults=faults, seed=args.seed, port=args.port,
-                               reject_formats=tuple(x for x in args.reject.split(",") if x))
+                               reject_formats=tuple(x for x in args.reject.split(",") if x),
+                               models=tuple(x for x in args.models.split(",") if x) or None,
+                               api_key=args.api_key)
     print(f"mock LLM at {server.base_url} (latency {args.latency}s, faults {faults or 'none'})", flush=True)
     try:
         while True:

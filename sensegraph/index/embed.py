@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..llm import LLMError
 from ..store.vectors import write_vectors
 
 # What is embedded for each table: the text a query should be compared with.
@@ -19,26 +20,35 @@ EMBEDDED_FIELDS: dict[str, Callable[[pd.Series], str]] = {
 
 
 async def embed_tables(tables: dict[str, pd.DataFrame], embedder, output_dir: Path,
-                       advance: Callable[[int], None] | None = None) -> dict[str, int]:
-    """Embed every row of each table named in EMBEDDED_FIELDS; returns rows embedded per table.
+                       advance: Callable[[int], None] | None = None) -> tuple[dict[str, int], list[str]]:
+    """Embed every row of each table named in EMBEDDED_FIELDS; returns (rows embedded per table,
+    failed rows as "table:id"). A batch that fails after every retry leaves its rows out of the
+    vector table and in the failed list, and the other batches go on: the pipeline names them.
     The embedder's cache means unchanged rows cost nothing on a rerun."""
-    counts = {}
+    counts: dict[str, int] = {}
+    failed: list[str] = []
     for name, text_of in EMBEDDED_FIELDS.items():
         df = tables.get(name)
         if df is None:
             continue
         texts = [text_of(row) for _, row in df.iterrows()]
+        ids = df["id"].tolist()
+        kept: list[str] = []
         vectors = []
         batch = max(1, embedder.settings.batch_size)
         for start in range(0, len(texts), batch):
             part = texts[start:start + batch]
-            vectors.append(await embedder.embed(part, kind="passage", step="embed"))
+            try:
+                vectors.append(await embedder.embed(part, kind="passage", step="embed"))
+                kept.extend(ids[start:start + batch])
+            except LLMError:
+                failed.extend(f"{name}:{i}" for i in ids[start:start + batch])
             if advance:
                 advance(len(part))
         matrix = np.concatenate(vectors) if vectors else np.zeros((0, 0), np.float32)
-        write_vectors(output_dir, name, df["id"].tolist(), matrix, model=embedder.model)
-        counts[name] = len(texts)
-    return counts
+        write_vectors(output_dir, name, kept, matrix)
+        counts[name] = len(kept)
+    return counts, failed
 
 
 def embedding_count(tables: dict[str, pd.DataFrame]) -> int:

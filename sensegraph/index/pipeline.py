@@ -143,6 +143,12 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                 if not extraction.failed:
                     checkpoints.mark("extract", fp_extract)
             failures["extract"] = list(extraction.failed)
+            if len(units) and extraction.entities.empty and not extraction.failed:
+                # Not an error (the index still serves basic search), but almost always a sign of
+                # a model that cannot follow the extraction prompt, or of prompts that do not fit.
+                log(f"warning: no entities were extracted from any of the {len(units)} text units; "
+                    "the graph, communities and reports are empty. Check the chat model "
+                    "(`sensegraph doctor`) and prompts/*/extract_graph.txt")
             st.update(entity_instances=len(extraction.entities), relationship_instances=len(extraction.relationships),
                       claim_instances=len(extraction.claims))
 
@@ -207,8 +213,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         tables = {"documents": docs, "text_units": units, "entities": entities, "relationships": relationships,
                   "covariates": covariates, "communities": comms, "community_reports": reports}
         with timed("embed") as st:
-            st["vectors"] = await embed.embed_tables(tables, embedder, out,
-                                                     advance=bar("embeddings", embed.embedding_count(tables)))
+            st["vectors"], failures["embed"] = await embed.embed_tables(
+                tables, embedder, out, advance=bar("embeddings", embed.embedding_count(tables)))
 
         stats["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         stats["llm"] = usage.as_dict()

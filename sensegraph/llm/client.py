@@ -26,6 +26,8 @@ from .limits import RateLimiter, backoff_delay, parse_retry_after
 from .usage import Usage
 
 T = TypeVar("T", bound=BaseModel)
+# Identical invalid answers in a row after which retries change temperature and seed.
+SAME_BAD_ANSWERS_BEFORE_VARYING = 3
 Messages = list[dict[str, str]]
 
 
@@ -41,9 +43,15 @@ class LLMError(RuntimeError):
 
 
 class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None):
+    """A failed attempt worth repeating. `answer` is set when the server did answer, but with
+    something unusable; `repeats` when the same request is known to give the same bad answer."""
+
+    def __init__(self, reason: str, retry_after: float | None = None, *, answer: str | None = None,
+                 repeats: bool = False):
         super().__init__(reason)
         self.retry_after = retry_after
+        self.answer = answer
+        self.repeats = repeats
 
 
 def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -201,7 +209,7 @@ class ChatClient:
                         yield chunk.choices[0].delta.content
             except openai.OpenAIError as exc:
                 use.failures.append(item or step)
-                raise LLMError(self._purpose(step, item), _describe_error(exc), 1) from None
+                raise LLMError(self._purpose(step, item), _describe_error(exc, self.settings.api_key), 1) from None
         content = "".join(parts)
         use.calls += 1
         use.prompt_tokens += prompt_tokens or sum(count_tokens(m["content"]) for m in messages)
@@ -237,13 +245,21 @@ class ChatClient:
         estimate = sum(count_tokens(m["content"]) for m in messages) + max_tokens if self._limiter.enabled else 0
         attempts = self.settings.max_retries + 1
         last = ""
+        # A retry resends the identical request, so a transient fault (429, 5xx, a dropped or
+        # garbled reply) costs nothing but the retry: the answer is the one a fault-free run gets.
+        # Only once the server is seen to repeat a bad answer (a deterministic model at
+        # temperature 0 would forever) do retries vary the request to get a different answer.
+        # Twice the same bad answer can be chance; three times is not.
+        vary = 0
+        last_bad: str | None = None
+        same_bad = 0
         for attempt in range(attempts):
             if attempt:
                 use.retries += 1
             await self._limiter.acquire(estimate)
             try:
                 content, usage = await self._request(messages, max_tokens, temperature, schema, json_schema,
-                                                     attempt, step)
+                                                     vary, step)
                 # Tokens of a rejected answer are billed too; `calls` counts only answers we keep.
                 use.prompt_tokens += usage[0] or sum(count_tokens(m["content"]) for m in messages)
                 use.completion_tokens += usage[1] or count_tokens(content)
@@ -255,28 +271,33 @@ class ChatClient:
                 return content
             except _Retryable as exc:
                 last = str(exc)
+                if schema is not None and exc.answer is not None:
+                    same_bad = same_bad + 1 if exc.answer == last_bad else 1
+                    if vary or exc.repeats or same_bad >= SAME_BAD_ANSWERS_BEFORE_VARYING:
+                        vary += 1
+                    last_bad = exc.answer
                 if attempt + 1 < attempts:
                     await asyncio.sleep(backoff_delay(attempt, self.settings.retry_base_seconds,
                                                       retry_after=exc.retry_after))
             except openai.APIStatusError as exc:
                 use.failures.append(item or step)
-                raise LLMError(purpose, _describe_error(exc), attempt + 1) from None
+                raise LLMError(purpose, _describe_error(exc, self.settings.api_key), attempt + 1) from None
         use.failures.append(item or step)
         raise LLMError(purpose, last, attempts)
 
     async def _request(
         self, messages: Messages, max_tokens: int, temperature: float,
-        schema: type[BaseModel] | None, json_schema: dict | None, attempt: int, step: str,
+        schema: type[BaseModel] | None, json_schema: dict | None, vary: int, step: str,
     ) -> tuple[str, tuple[int, int]]:
         client = await self._openai()
         kwargs: dict[str, Any] = dict(model=self.model, messages=messages, max_tokens=max_tokens,
                                       temperature=temperature)
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
-        if attempt and schema is not None:
+        if vary and schema is not None:
             # A deterministic server repeats an invalid answer; a little randomness gets a new one.
             kwargs["temperature"] = max(temperature, 0.4)
-            kwargs["seed"] = attempt
+            kwargs["seed"] = vary
         mode = self._mode if schema is not None else None
         if mode == "json_schema":
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
@@ -291,25 +312,31 @@ class ChatClient:
             async with self._semaphore:
                 reply = await client.chat.completions.create(**kwargs)
         except openai.RateLimitError as exc:
-            raise _Retryable(_describe_error(exc), parse_retry_after(exc.response.headers.get("retry-after")))
+            raise _Retryable(_describe_error(exc, self.settings.api_key),
+                             parse_retry_after(exc.response.headers.get("retry-after")))
         except openai.APIStatusError as exc:
             if exc.status_code >= 500 or exc.status_code in (408, 409):
-                raise _Retryable(_describe_error(exc)) from None
+                raise _Retryable(_describe_error(exc, self.settings.api_key)) from None
             if schema is not None and self._auto and exc.status_code in (400, 422) and mode != "prompt":
                 # The server does not support this structured-output mode: step down once and retry now.
                 self._mode = "json_mode" if mode == "json_schema" else "prompt"
-                return await self._request(messages, max_tokens, temperature, schema, json_schema, attempt, step)
+                return await self._request(messages, max_tokens, temperature, schema, json_schema, vary, step)
             raise
         except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-            raise _Retryable(_describe_error(exc)) from None
+            raise _Retryable(_describe_error(exc, self.settings.api_key)) from None
+        except json.JSONDecodeError as exc:
+            # The HTTP body itself was cut off or garbled (not the model's answer): ask again.
+            raise _Retryable(f"the server's reply is not valid JSON ({exc.msg})") from None
         if not reply.choices:
             raise _Retryable("the server returned no choices")
         choice = reply.choices[0]
         content = choice.message.content or ""
         if not content.strip():
-            raise _Retryable(f"empty answer (finish_reason={choice.finish_reason})")
+            raise _Retryable(f"empty answer (finish_reason={choice.finish_reason})", answer=content)
         if schema is not None and choice.finish_reason == "length":
-            raise _Retryable(f"answer cut off at max_tokens={max_tokens} before the JSON was complete")
+            # The model itself ran out of tokens: the identical request would run out again.
+            raise _Retryable(f"answer cut off at max_tokens={max_tokens} before the JSON was complete",
+                             answer=content, repeats=True)
         u = reply.usage
         return content, ((u.prompt_tokens or 0, u.completion_tokens or 0) if u else (0, 0))
 
@@ -343,8 +370,10 @@ def _validated(content: str, schema: type[BaseModel]) -> str:
         return schema.model_validate(repaired).model_dump_json()
     except (ValidationError, ValueError, TypeError) as exc:
         snippet = content[:120].replace("\n", " ")
+        # `answer` lets the caller see a model repeat the same wrong answer. A cut-off reply
+        # (above) does not count: another temperature would not make it arrive whole.
         raise _Retryable(f"reply does not match schema {schema.__name__}: {str(exc).splitlines()[0]} "
-                         f"(reply began: {snippet!r})") from None
+                         f"(reply began: {snippet!r})", answer=content) from None
 
 
 def _cut_off(content: str) -> bool:
@@ -374,7 +403,14 @@ def _cut_off(content: str) -> bool:
     return in_string or depth > 0
 
 
-def _describe_error(exc: Exception) -> str:
+def _describe_error(exc: Exception, secret: str | None = None) -> str:
+    """One line saying why a request failed; never containing `secret` (the API key), which a
+    server may echo back in an error body."""
+    text = _error_text(exc)
+    return text.replace(secret, "***") if secret and len(secret) >= 4 else text
+
+
+def _error_text(exc: Exception) -> str:
     if isinstance(exc, openai.AuthenticationError):
         return "the server refused the API key (401); check api_key in settings.yaml or .env"
     if isinstance(exc, openai.NotFoundError):

@@ -250,6 +250,7 @@ async def _preflight_endpoint(settings: Settings, section: str) -> str | None:
     holder = open_chat(s, cache=None) if section == "chat" else open_embedder(s, cache=None)
     listed: set[str] | None = None
     try:
+        # The same openai client (URL, key, Azure version) the index will use.
         raw = await holder._openai() if section == "chat" else holder._openai()
         listed = await _listed_models(raw)
         if listed is not None and m.model in listed:
@@ -266,8 +267,9 @@ async def _preflight_endpoint(settings: Settings, section: str) -> str | None:
         return _fix(exc, section, m, m.base_url) + known
     except (openai.AuthenticationError, openai.PermissionDeniedError, openai.APIConnectionError) as exc:
         return _fix(exc, section, m, m.base_url)
-    except openai.APIStatusError:
-        return None  # 400, 429, 5xx: not a setup error; the index's retries and messages handle them
+    except (openai.OpenAIError, ValueError):
+        # 400, 429, 5xx, a garbled reply: not a setup error; the index's retries and messages handle them.
+        return None
     finally:
         await holder.aclose()
 
@@ -278,7 +280,7 @@ async def _listed_models(raw: openai.AsyncOpenAI) -> set[str] | None:
         page = await raw.models.list()
     except (openai.AuthenticationError, openai.PermissionDeniedError):
         raise
-    except openai.APIStatusError:
-        return None  # no /models route: not an error, the tiny request decides
-    ids = {str(getattr(x, "id", "")) for x in page.data}
+    except (openai.APIStatusError, openai.APIResponseValidationError, ValueError):
+        return None  # no (usable) /models route: not an error, the tiny request decides
+    ids = {str(getattr(x, "id", "")) for x in page.data or []}
     return ids or None

@@ -209,7 +209,7 @@ class Embedder:
                     await asyncio.sleep(backoff_delay(attempt, s.retry_base_seconds, retry_after=exc.retry_after))
             except openai.APIStatusError as exc:
                 use.failures.append(f"{step} batch {number}")
-                raise LLMError(purpose, _describe_error(exc), attempt + 1) from None
+                raise LLMError(purpose, _describe_error(exc, self.settings.api_key), attempt + 1) from None
         use.failures.append(f"{step} batch {number}")
         raise LLMError(purpose, last, attempts)
 
@@ -217,10 +217,15 @@ class Embedder:
         try:
             return await self._openai().embeddings.create(**kwargs)
         except openai.RateLimitError as exc:
-            raise _Retryable(_describe_error(exc), parse_retry_after(exc.response.headers.get("retry-after"))) from None
+            raise _Retryable(_describe_error(exc, self.settings.api_key),
+                             parse_retry_after(exc.response.headers.get("retry-after"))) from None
         except openai.APIStatusError as exc:
             if exc.status_code >= 500 or exc.status_code in (408, 409):
-                raise _Retryable(_describe_error(exc)) from None
+                raise _Retryable(_describe_error(exc, self.settings.api_key)) from None
             raise
         except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-            raise _Retryable(_describe_error(exc)) from None
+            raise _Retryable(_describe_error(exc, self.settings.api_key)) from None
+        except ValueError as exc:
+            # A reply cut off mid-body (JSONDecodeError) or without vectors ("No embedding data
+            # received"): a garbled answer, so ask again rather than crash the whole step.
+            raise _Retryable(f"unusable reply from the server: {str(exc)[:200]}") from None
