@@ -223,11 +223,7 @@ def query(question: str, root: str, method: str, level: int | None, dynamic: boo
         _fail("--dynamic works with --method global only")
     if stream and as_json:
         _fail("choose --stream or --json, not both")
-    on_token = None
-    if stream:
-        def on_token(piece: str) -> None:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+    on_token = _print_piece if stream else None
 
     async def run():
         searcher = Searcher.open(settings, index_dir, cache=False if no_cache else None,
@@ -258,6 +254,11 @@ def query(question: str, root: str, method: str, level: int | None, dynamic: boo
 @contextmanager
 def _nothing():
     yield
+
+
+def _print_piece(piece: str) -> None:
+    sys.stdout.write(piece)
+    sys.stdout.flush()
 
 
 def _print_query_footer(result) -> None:
@@ -349,13 +350,8 @@ def _demo_questions(settings) -> None:
         try:
             for method, question in DEMO_QUESTIONS:
                 out.print(f"\n[bold]$ sensegraph query {question!r} --method {method}[/]")
-
-                def on_token(piece: str) -> None:
-                    sys.stdout.write(piece)
-                    sys.stdout.flush()
-
                 result = await searcher.query(question, method, level=0 if method == "global" else None,
-                                              on_token=on_token)
+                                              on_token=_print_piece)
                 sys.stdout.write("\n")
                 _print_query_footer(result)
         finally:
