@@ -47,7 +47,8 @@ async def main() -> None:
             u = r.usage
             rows.append((name, wall, u["calls"], u["prompt_tokens"], u["completion_tokens"], r.context.tokens,
                          r.stats.get("map_calls", "")))
-            answers.append((name, question, r.answer, r.citations, r.invalid_citations))
+            notes = {k: r.stats[k] for k in ("follow_ups_answered", "points", "points_scored_zero") if k in r.stats}
+            answers.append((name, question, r.answer, r.citations, r.invalid_citations, notes, r.failures))
     finally:
         await searcher.aclose()
     model = settings.local.size if settings.chat.provider == "local" else settings.chat.model
@@ -55,8 +56,9 @@ async def main() -> None:
     print(f"{'query':<12}{'wall s':>8}{'calls':>7}{'prompt tok':>12}{'compl tok':>11}{'context tok':>13}{'map':>5}")
     for name, wall, calls, pt, ct, ctx, maps in rows:
         print(f"{name:<12}{wall:>8.1f}{calls:>7}{pt:>12,}{ct:>11,}{ctx:>13,}{maps!s:>5}")
-    for name, question, answer, cited, invalid in answers:
-        print(f"\n=== {name}: {question}\n{answer}\ncited: {cited}   removed (not in context): {invalid}")
+    for name, question, answer, cited, invalid, notes, failures in answers:
+        print(f"\n=== {name}: {question}\n{answer}\ncited: {cited}   removed (not in context): {invalid}"
+              f"   {notes}   failed calls: {failures or 'none'}")
 
 
 if __name__ == "__main__":

@@ -150,7 +150,7 @@ def _map_reduce_responder(scores_per_batch):
             i = calls["map"]
             calls["map"] += 1
             scores = scores_per_batch[i % len(scores_per_batch)]
-            return {"points": [{"description": f"POINT b{i} s{s} [Data: Reports (1)]", "score": s} for s in scores]}
+            return {"points": [{"description": f"POINT b{i} s{s}", "ids": [1, 77], "score": s} for s in scores]}
         return "The answer [Data: Reports (1, 4)]."
     return respond
 
@@ -274,7 +274,7 @@ def test_drift_answers_the_highest_scored_follow_ups(tmp_path):
     asked: list[str] = []
 
     def respond(body):
-        if kind(body) == "Intermediate":
+        if kind(body) in ("Intermediate", "Primer"):
             text = last_user(body)
             if "Follow-up question:" not in text:  # the primer
                 return {"answer": "Primer [Data: Reports (0)]", "score": 40, "follow_ups": [
@@ -333,3 +333,18 @@ def test_an_index_without_entities_gets_a_plain_answer_and_no_call(tmp_path):
     assert run(local_search(q)).answer == NO_ANSWER["en"]
     assert run(global_search(q, level=0)).answer == NO_ANSWER["en"]
     assert llm.requests == []
+
+
+def test_map_point_ids_become_references_in_the_reduce_context(tmp_path):
+    def respond(body):
+        if kind(body) == "MapAnswer":
+            first = int(re.findall(r"^(\d+)\|Report", data_part(body), re.M)[0])
+            return {"points": [{"description": f"About report {first} [Data: Reports ({first}, 555)]",
+                                "ids": [first, 999], "score": 60}]}
+        return "Answer"
+    q, llm = make_query(tmp_path, respond, context_tokens=400)
+    run(global_search(q, level=2))
+    reduce = last_user([b for b in llm.requests if kind(b) == "text"][0])
+    refs = re.findall(r"About report (\d+) \[Data: Reports \((\d+)\)\]", reduce)
+    assert refs and all(a == b for a, b in refs)  # ids outside the batch (999, 555) are dropped
+    assert "999" not in reduce and "555" not in reduce

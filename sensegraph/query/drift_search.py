@@ -33,6 +33,12 @@ class Intermediate(BaseModel):
     follow_ups: list[FollowUp] = Field(max_length=5)
 
 
+class Primer(Intermediate):
+    # At least one follow-up: without it DRIFT is only a HyDE lookup (the 1.5B model returned
+    # an empty list when it was allowed to).
+    follow_ups: list[FollowUp] = Field(min_length=1, max_length=5)
+
+
 def _clamp(score: int) -> int:
     return max(0, min(100, score))
 
@@ -63,7 +69,7 @@ async def drift_search(q: Query) -> QueryResult:
                 open_questions[text] = max(open_questions.get(text, 0), _clamp(f.score))
 
     try:
-        primer = await q.llm.structured(q.render("drift_primer", context=primer_context.text()), Intermediate,
+        primer = await q.llm.structured(q.render("drift_primer", context=primer_context.text()), Primer,
                                         step="drift_primer", item="drift primer", max_tokens=s.map_max_tokens)
         answers.append((_clamp(primer.score), 0, primer.answer.strip()))
         propose(primer.follow_ups)

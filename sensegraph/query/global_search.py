@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from ..llm.client import LLMError
 from ..tokens import count_tokens, truncate
 from .answer import Query, QueryResult, final_answer, no_answer, result
+from .citations import MAX_IDS, normalise, parse
 from .context import Context, Section, chunks, citation_id
 from .data import list_ids
 
@@ -25,6 +26,9 @@ MAX_POINTS = 5
 
 class Point(BaseModel):
     description: str
+    # The evidence as a list the schema enforces, rather than a citation the model may forget to
+    # write: small models drop inline references, but fill a required field.
+    ids: list[int] = Field(max_length=10)
     score: int
 
 
@@ -80,13 +84,27 @@ def shuffled(df: pd.DataFrame, seed: int) -> list[pd.Series]:
     return rows
 
 
+def _with_reference(point: Point, kind: str, given: set[int]) -> str:
+    """The point's text ending in one reference to the rows it rests on: ids from the `ids` field
+    and from any reference written inline, kept only if they were in the batch."""
+    inline = [ref for k, refs, _ in parse(point.description) if k == kind for ref in refs]
+    text, _ = normalise(point.description, {})  # drops inline references; re-added below
+    refs = [r for r in dict.fromkeys([*point.ids, *inline]) if r in given]
+    if not refs:
+        return text.strip()
+    shown = ", ".join(map(str, refs[:MAX_IDS])) + (", +more" if len(refs) > MAX_IDS else "")
+    return f"{text.strip()} [Data: {kind} ({shown})]"
+
+
 async def _map(q: Query, batches: list[Section]) -> tuple[list[tuple[int, int, str]], list[str]]:
     """(score, batch number, description) of every point, and the batches that failed."""
     async def one(i: int, batch: Section) -> list[tuple[int, int, str]]:
         messages = q.render("query_map", context=batch.text())
         answer = await q.llm.structured(messages, MapAnswer, step="map", item=f"map batch {i + 1}",
                                         max_tokens=q.settings.query.map_max_tokens)
-        return [(max(0, min(100, p.score)), i, p.description.strip()) for p in answer.points if p.description.strip()]
+        given = {r["ref"] for r in batch.records}
+        return [(max(0, min(100, p.score)), i, _with_reference(p, batch.kind, given))
+                for p in answer.points if p.description.strip()]
 
     outcomes = await asyncio.gather(*(one(i, b) for i, b in enumerate(batches)), return_exceptions=True)
     points, failed = [], []
