@@ -129,11 +129,13 @@ def index(root: str, dry_run: bool, no_cache: bool, allow_partial: bool) -> None
     _print_summary(result)
 
 
-def _run_index(settings, *, no_cache: bool = False, allow_partial: bool = False):
+def _run_index(settings, *, no_cache: bool = False, allow_partial: bool = False, run=None):
     from .index.documents import InputError
     from .index.pipeline import IndexFailed, run_index
     from .llm import LLMError
     from .llm.doctor import preflight
+
+    run_index = run or run_index
 
     # A wrong key, URL or model name would otherwise show only after every retry of every item.
     problems = asyncio.run(preflight(settings))
@@ -172,6 +174,108 @@ def _print_summary(result) -> None:
     out.print(table)
     if result.failures:
         console.print(f"[yellow]partial index: {json.dumps(result.failures)}[/]")
+
+
+@main.command()
+@ROOT_OPTION
+@click.option("--remove", multiple=True, metavar="FILE",
+              help="Take FILE (path relative to input/) out of the corpus; it is moved to output/_work/removed/. "
+                   "Repeatable. Deleting the file from input/ yourself does the same.")
+@click.option("--allow-partial", is_flag=True,
+              help="Exit 0 even if some items failed after every retry (they are recorded in stats.json).")
+def update(root: str, remove: tuple[str, ...], allow_partial: bool) -> None:
+    """Bring the index in line with input/: new, changed and deleted documents.
+
+    Only new text units are extracted; entities and relationships whose instances changed are
+    re-summarised, those left without a text unit disappear; the graph is re-clustered and
+    only communities whose members, descriptions or sub-reports changed get new reports.
+    The result equals a fresh index of the same documents. output/stats.json (section
+    "update") says what was recomputed and why.
+    """
+    import functools
+
+    from .index.update import UpdateError, run_update
+
+    settings = _settings(root)
+    try:
+        result = _run_index(settings, allow_partial=allow_partial,
+                            run=functools.partial(run_update, remove=list(remove)))
+    except UpdateError as exc:
+        _fail(str(exc))
+    _print_summary(result)
+    u = result.stats.get("update", {})
+    d = u.get("documents", {})
+    if d:
+        console.print(f"documents: {len(d['new'])} new, {len(d['changed'])} changed, {len(d['deleted'])} deleted; "
+                      f"text units extracted: {u.get('text_units', {}).get('extracted', 0)}; "
+                      f"entities +{u['entities']['added']} -{u['entities']['removed']} "
+                      f"~{u['entities']['resummarised']} re-summarised; reports regenerated: "
+                      f"{u['community_reports']['regenerated']} of {u['community_reports']['written']}",
+                      highlight=False)
+
+
+@main.command()
+@ROOT_OPTION
+@click.option("--dry-run", is_flag=True, help="List the merges it would make; change nothing.")
+@click.option("--index", "index_dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Resolve this index folder (e.g. Microsoft GraphRAG's output; implies --dry-run).")
+@click.option("--limit", type=int, default=50, show_default=True, help="Merges to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the merges as JSON.")
+def resolve(root: str, dry_run: bool, index_dir: str | None, limit: int, as_json: bool) -> None:
+    """Entity resolution: merge entities that are one thing under several names.
+
+    Candidates come cheaply from name similarity, description embeddings and shared
+    neighbours; only ambiguous pairs (and any pair of different types) are asked to the chat
+    model, as a yes/no. Merged entities keep every alias and all their text units. Without
+    --dry-run the index is rebuilt from the merged graph (communities, reports, embeddings);
+    set `resolution.enabled: true` in settings.yaml to keep merging in later index/update runs.
+    """
+    from .index.resolve import print_merges, resolve_index
+
+    settings = _settings(root)
+    try:
+        result = asyncio.run(resolve_index(settings, index_dir=index_dir, dry_run=dry_run or bool(index_dir),
+                                           log=lambda m: console.print(m, highlight=False)))
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    print_merges(result, out, limit=limit, as_json=as_json)
+    if not (dry_run or index_dir):
+        index_result = _run_index(settings.model_copy(update={"resolution": settings.resolution.model_copy(
+            update={"enabled": True})}))
+        _print_summary(index_result)
+        if not settings.resolution.enabled:
+            console.print("note: resolution.enabled is false in settings.yaml, so the next `index` or `update` "
+                          "will undo these merges; set it to true to keep them.", highlight=False)
+
+
+@main.command()
+@ROOT_OPTION
+@click.option("--format", "fmt", type=click.Choice(["graphml", "gexf", "neo4j", "cypher"]), default="graphml",
+              show_default=True, help="graphml/gexf: Gephi, yEd, networkx; neo4j: CSV files for "
+                                      "neo4j-admin database import; cypher: one .cypher script.")
+@click.option("--index", "index_dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Export this index folder instead of the project's output/.")
+@click.option("--out", "-o", "dest", type=click.Path(), default=None,
+              help="File (graphml, gexf, cypher) or folder (neo4j). Default: output/export/.")
+def export(root: str, fmt: str, index_dir: str | None, dest: str | None) -> None:
+    """Write the entity graph for other tools, with community levels as attributes.
+
+    \b
+    sensegraph export --format graphml        # output/export/graph.graphml (Gephi, yEd)
+    sensegraph export --format gexf           # output/export/graph.gexf
+    sensegraph export --format neo4j          # output/export/neo4j/*.csv + import.sh
+    sensegraph export --format cypher         # output/export/graph.cypher (cypher-shell < file)
+    """
+    from .export import export_index
+
+    settings = _settings(root)
+    folder = Path(index_dir) if index_dir else settings.path(settings.output_dir)
+    try:
+        written = export_index(folder, fmt, Path(dest) if dest else None)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    for p in written:
+        out.print(str(p))
 
 
 METHOD_HELP = ("global: map-reduce over community reports at --level (whole-corpus questions); "

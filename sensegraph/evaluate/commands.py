@@ -130,7 +130,7 @@ def eval_group() -> None:
               help="Questions per (user, task).")
 @click.option("--from", "from_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Load questions from a CSV (column question or question_text) or JSONL file instead.")
-@click.option("--force", is_flag=True, help="Replace stored questions (answers keyed by question id stay).")
+@click.option("--force", is_flag=True, help="Replace stored questions (only before any answer is stored).")
 @DRY_RUN_OPTION
 @NO_CACHE_OPTION
 def questions_cmd(root, name, description, description_file, k, n, m, from_file, force, dry_run, no_cache):
@@ -148,6 +148,10 @@ def questions_cmd(root, name, description, description_file, k, n, m, from_file,
         n_stored = len(store.rows("questions"))
         _log(f"{n_stored} questions already in {store.path('questions')} (use --force to replace them)")
         return
+    if force and store.path("answers").exists():
+        # Stored answers and judgements are keyed by question id; new questions under old ids
+        # would silently mix two question sets.
+        _fail(f"{store.folder} already has answers to these questions; start a new evaluation with --name")
     if from_file:
         try:
             rows = load_questions(from_file)

@@ -78,6 +78,8 @@ def compute(store: EvalStore, conditions: list[str] | None = None) -> dict[str, 
         out["agreement"] = agreement(claim_rows, majority_labels(jdf), thresholds) if len(jdf) else []
 
     runs = store.rows("runs")
+    made = [r for r in runs if r["step"] == "questions"]
+    out["question_problems"] = made[-1].get("failures", []) if made else []
     cost: dict[str, dict[str, float]] = {}
     for r in runs:
         s = cost.setdefault(r["step"], {"runs": 0, "seconds": 0.0, "calls": 0, "cache_hits": 0,
@@ -92,9 +94,10 @@ def compute(store: EvalStore, conditions: list[str] | None = None) -> dict[str, 
 
 
 def _failure(kind: str, r: dict) -> str:
-    what = {"answers": f"{r['question_id']} {r['condition']}",
-            "judgements": f"{r['question_id']} {r['a']}-vs-{r['b']} {r['criterion']} r{r.get('repeat', 0) + 1}",
-            "claims": f"{r['question_id']} {r['condition']}"}[kind]
+    if kind == "judgements":
+        what = f"{r['question_id']} {r['a']}-vs-{r['b']} {r['criterion']} r{r.get('repeat', 0) + 1}"
+    else:
+        what = f"{r['question_id']} {r['condition']}"
     return f"{what}: {r['error']}"
 
 
@@ -160,6 +163,33 @@ def heatmaps(results: dict[str, Any], folder: Path) -> list[Path]:
     return written
 
 
+def claim_figure(results: dict[str, Any], folder: Path) -> list[Path]:
+    """claims.png: mean claims per condition (Table 3) and mean clusters per threshold (Table 4)."""
+    if not results.get("claims"):
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    names = [c["condition"] for c in results["claims"]]
+    left.bar(names, [c["mean_claims"] for c in results["claims"]], color="#4c72b0")
+    left.set_title("Comprehensiveness: mean claims")
+    for row in results["clusters"]:
+        ts = [k for k in row if k != "condition"]
+        right.plot([float(t) for t in ts], [row[t] for t in ts], marker="o", label=row["condition"])
+    right.set_title("Diversity: mean clusters")
+    right.set_xlabel("distance threshold (1 − ROUGE-L)")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    path = folder / "claims.png"
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return [path]
+
+
 # -- markdown ------------------------------------------------------------------------------------
 def _md_table(header: list[str], rows: list[list[Any]]) -> str:
     def cell(v: Any) -> str:
@@ -176,7 +206,12 @@ def markdown(results: dict[str, Any], figures: list[Path], folder: Path, name: s
     conds = results["conditions"]
     out = [f"# Evaluation `{name}`", "",
            f"{results['questions']} questions · conditions: {', '.join(conds)} · "
-           f"{results['judgements']} judgements ({results['repeats']} repeats per comparison)", ""]
+           f"{results['judgements']} judgements ({results['repeats']} "
+           f"repeat{'s' * (results['repeats'] != 1)} per comparison)", ""]
+    for problem in results.get("question_problems", []):
+        out += [f"- question generation: {problem}"]
+    if results.get("question_problems"):
+        out.append("")
     if results["answers"]:
         out += ["## Answers", "", _md_table(
             ["condition", "answers", "context tokens (mean)", "context units (mean)", "LLM calls / answer", "answer words"],
@@ -211,7 +246,7 @@ def markdown(results: dict[str, Any], figures: list[Path], folder: Path, name: s
                           [[b["kind"], b["criterion"], b["first"], b["second"], b["tie"], b["n"]]
                            for b in results["position_bias"]]), ""]
     if results.get("claims"):
-        out += ["## Claim-based metrics", "", "### Comprehensiveness: mean number of distinct claims per answer", "",
+        out += ["## Claim-based metrics", "", "![claims](figures/claims.png)", "", "### Comprehensiveness: mean number of distinct claims per answer", "",
                 _md_table(["condition", "answers", "mean claims", "sd"],
                           [[c["condition"], c["answers"], c["mean_claims"], c["sd"]] for c in results["claims"]]), ""]
         keys = [k for k in results["clusters"][0] if k != "condition"] if results["clusters"] else []
@@ -243,7 +278,7 @@ def markdown(results: dict[str, Any], figures: list[Path], folder: Path, name: s
 def write_report(store: EvalStore, conditions: list[str] | None = None) -> dict[str, Any]:
     """report.md, results.json and figures/*.png in the evaluation folder; no LLM call."""
     results = compute(store, conditions)
-    figures = heatmaps(results, store.figures)
+    figures = heatmaps(results, store.figures) + claim_figure(results, store.figures)
     name = store.folder.name
     (store.folder / "report.md").write_text(markdown(results, figures, store.folder, name), encoding="utf-8")
     (store.folder / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str),
