@@ -284,7 +284,7 @@ def test_drift_answers_the_highest_scored_follow_ups(tmp_path):
             asked.append(follow)
             return {"answer": f"About {follow}", "score": 70,
                     "follow_ups": [{"question": f"{follow}-next", "score": 99 if follow == "Q-high" else 5}]}
-        if kind(body) == "text" and "Question:" in last_user(body) and "Analyst" not in last_user(body):
+        if kind(body) == "text" and "Question:" in last_user(body) and "Key point" not in last_user(body):
             return "A hypothetical report about the harbor."
         return "Final [Data: Reports (0)]"
 

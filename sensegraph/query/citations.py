@@ -86,6 +86,7 @@ def normalise(text: str, valid: dict[str, set[int]]) -> tuple[str, Citations]:
         return f"[Data: {'; '.join(pieces)}]" if pieces else ""
 
     new = _GROUP.sub(rewrite, text)
+    new = re.sub(r"(\[Data: [^\[\]]*\])\]+", r"\1", new)  # "[Data: Reports (2)]]" as small models write it
     # a removed reference can leave a space before punctuation behind
     new = re.sub(r"[ \t]+([.,;:!?。，；：])", r"\1", new)
     return new, found

@@ -120,7 +120,8 @@ async def _map(q: Query, batches: list[Section]) -> tuple[list[tuple[int, int, s
 
 def reduce_context(points: list[tuple[int, int, str]], budget: int, language: str) -> tuple[str, int]:
     """Points scored above 0, best first, as analyst reports until the budget is full."""
-    label = "分析师" if language == "zh" else "Analyst"
+    # "Key point", not "Analyst": small models otherwise write about "Analyst 2" in the answer.
+    label = "要点" if language == "zh" else "Key point"
     score_label = "重要性分数" if language == "zh" else "Importance Score"
     ranked = sorted((p for p in points if p[0] > 0), key=lambda p: (-p[0], p[1]))
     parts: list[str] = []
