@@ -127,6 +127,21 @@ class ReportSettings(_Section):
     max_tokens: int = Field(1500, ge=200)
 
 
+class ResolutionSettings(_Section):
+    """Entity resolution (opt-in): merge entities that are one thing under several names
+    ("Holmes", "Sherlock Holmes"; "孙悟空", "Sun Wukong"). See sensegraph/index/resolve.py."""
+
+    enabled: bool = False
+    # A pair is a candidate when its names are this similar (0-1) ...
+    name_similarity: float = Field(0.75, ge=0, le=1)
+    # ... or its descriptions' embeddings are this close (cosine) and the names share something.
+    description_similarity: float = Field(0.9, ge=0, le=1)
+    # Names this alike (after dropping case, punctuation and spaces) with the same type merge
+    # without asking; everything else that is a candidate is asked (yes/no) to the chat model.
+    max_llm_checks: int = Field(300, ge=0, description="confirmation calls per run at most")
+    max_tokens: int = Field(200, ge=32)
+
+
 class QuerySettings(_Section):
     """Budgets and knobs of the query methods (paper section 2.6 and the baselines)."""
 
@@ -166,6 +181,7 @@ class Settings(_Section):
     summarize: SummarizeSettings = Field(default_factory=SummarizeSettings)
     communities: CommunitySettings = Field(default_factory=CommunitySettings)
     reports: ReportSettings = Field(default_factory=ReportSettings)
+    resolution: ResolutionSettings = Field(default_factory=ResolutionSettings)
     query: QuerySettings = Field(default_factory=QuerySettings)
     language: Literal["auto", "en", "zh"] = "auto"
     output_dir: str = "output"

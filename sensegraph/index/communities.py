@@ -12,6 +12,11 @@ index is not (their level 1 of the Christmas Carol index covers 443 of 529 entit
 
 Level 0 is the root level (the coarsest partition). Numbers are assigned root level first,
 then in tree order (children in their parent's order), so the output is stable for a seed.
+
+Each connected component is clustered separately, with the same seed: the partition of a
+component depends only on that component, so an update (update.py) that does not touch a
+component leaves its communities, and their reports, exactly as they were, while an updated
+index still equals a fresh one (no previous partition is used as a starting point).
 """
 from __future__ import annotations
 
@@ -50,11 +55,16 @@ def build_communities(
     # (sub)network: level 0 covers every connected node, deeper levels only the nodes of
     # clusters larger than max_cluster_size that it split again.
     tree = _Tree()
-    if edges:
-        records = gn.hierarchical_leiden(edges, max_cluster_size=max_cluster_size, seed=seed)
+    # Each connected component is clustered on its own (Leiden never puts two components in one
+    # community anyway). Leiden's random choices depend on the whole input, so clustering the
+    # graph at once lets a change in one component reshuffle all the others; per component, a
+    # component that an update did not touch keeps exactly its communities (and their reports).
+    for component in _components(edges):
+        offset = tree.max_key + 1
+        records = gn.hierarchical_leiden(component, max_cluster_size=max_cluster_size, seed=seed)
         for r in records:
-            parent = None if r.parent_cluster is None else (r.level - 1, int(r.parent_cluster))
-            tree.add(str(r.node), r.level, int(r.cluster), parent)
+            parent = None if r.parent_cluster is None else (r.level - 1, offset + int(r.parent_cluster))
+            tree.add(str(r.node), r.level, offset + int(r.cluster), parent)
     clustered = tree.nodes_at(0)
     for i, title in enumerate(t for t in titles if t not in clustered):
         # Isolated entities: one singleton each, after Leiden's clusters (key > any cluster id).
@@ -167,6 +177,27 @@ def _edges(relationships: pd.DataFrame, nodes: set[str]) -> list[tuple[str, str,
             continue  # an edge of no strength should not pull two entities together
         weights[(s, t) if s < t else (t, s)] += w
     return [(s, t, w) for (s, t), w in sorted(weights.items())]
+
+
+def _components(edges: list[tuple[str, str, float]]) -> list[list[tuple[str, str, float]]]:
+    """The edges (in their sorted order) of each connected component, components ordered by
+    their first edge, so the result depends only on the graph."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for s, t, _ in edges:
+        a, b = find(s), find(t)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    groups: dict[str, list[tuple[str, str, float]]] = {}
+    for e in edges:
+        groups.setdefault(find(e[0]), []).append(e)
+    return list(groups.values())
 
 
 def _relationship_index(relationships: pd.DataFrame) -> list[tuple[str, str, str]]:

@@ -21,13 +21,13 @@ from ..config import Settings
 from ..language import resolve_language
 from ..llm import StepUsage, Usage, open_cache, open_chat, open_embedder
 from ..store.tables import read_table, write_json_atomic, write_table
-from . import community_reports, communities, documents, embed, extract, summarize, text_units
+from . import community_reports, communities, documents, embed, extract, resolve, summarize, text_units
 
 # Bar(description, total) -> advance(n)
 BarFactory = Callable[[str, int], Callable[[int], None]]
 STATE_FILE = "state.json"
 # Pipeline steps that call models, and the usage step names each one's calls are recorded under.
-LLM_STEPS = {"extract": ("extract", "claims"), "summarize": ("summarize",),
+LLM_STEPS = {"extract": ("extract", "claims"), "summarize": ("summarize", "resolve"),
              "community_reports": ("community_reports",), "embed": ("embed",)}
 WORK_DIR = "_work"  # intermediate tables (extraction instances), kept for incremental updates
 
@@ -86,8 +86,19 @@ class _Checkpoints:
         write_json_atomic(self.path, self.state)
 
 
+def extract_fingerprint(settings: Settings, units: pd.DataFrame, language: str) -> str:
+    """What the extraction of `units` depends on: their ids, the settings, model and prompts."""
+    model_id = (settings.chat.provider, settings.chat.model, settings.local.size if settings.chat.provider == "local" else "")
+    return _fingerprint(_ids_fingerprint(units), settings.extraction.model_dump(), language, model_id,
+                        _prompt_fingerprint(settings, language, ["extract_graph", "glean_check",
+                                                                 "glean_continue", "examples_graph",
+                                                                 "extract_claims"]))
+
+
 async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Callable[[str], None] = print,
-                    cache: bool | None = None, allow_partial: bool = False) -> IndexResult:
+                    cache: bool | None = None, allow_partial: bool = False, hooks: Any = None) -> IndexResult:
+    """Build or resume the index. `hooks` (see update.UpdateHooks) lets `sensegraph update` reuse
+    the previous extraction and keep human-readable ids stable; every other step is the same."""
     out = settings.path(settings.output_dir)
     work = out / WORK_DIR
     out.mkdir(parents=True, exist_ok=True)
@@ -123,11 +134,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
             st["tokens"] = int(units["n_tokens"].sum())
 
         # 3. extraction of element instances (one call per text unit, plus gleaning)
-        model_id = (settings.chat.provider, settings.chat.model, settings.local.size if settings.chat.provider == "local" else "")
-        fp_extract = _fingerprint(_ids_fingerprint(units), settings.extraction.model_dump(), language, model_id,
-                                  _prompt_fingerprint(settings, language, ["extract_graph", "glean_check",
-                                                                           "glean_continue", "examples_graph",
-                                                                           "extract_claims"]))
+        fp_extract = extract_fingerprint(settings, units, language)
         inst_paths = [work / f"{n}.parquet" for n in ("entity_instances", "relationship_instances", "claim_instances")]
         with timed("extract") as st:
             if checkpoints.done("extract", fp_extract, inst_paths):
@@ -135,8 +142,9 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                     *(pd.read_parquet(p) for p in inst_paths), failed=[])
                 st["skipped"] = True
             else:
-                extraction = await extract.extract_graph(units, llm, settings=settings, language=language,
-                                                         advance=bar("extract", len(units)))
+                extract_fn = hooks.extract if hooks is not None else extract.extract_graph
+                extraction = await extract_fn(units, llm, settings=settings, language=language,
+                                              advance=bar("extract", len(units)))
                 work.mkdir(parents=True, exist_ok=True)
                 for p, df in zip(inst_paths, (extraction.entities, extraction.relationships, extraction.claims)):
                     write_table(df, p.parent, p.stem)  # not a known table: no column check
@@ -155,7 +163,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         # 4. merge + summarise into entities, relationships, claims (covariates)
         fp_summary = _fingerprint(fp_extract, _ids_fingerprint(extraction.entities, "title", "description"),
                                   _ids_fingerprint(extraction.relationships, "source", "target", "description"),
-                                  settings.summarize.model_dump(), _prompt_fingerprint(settings, language, ["summarize_descriptions"]))
+                                  settings.summarize.model_dump(), _prompt_fingerprint(settings, language, ["summarize_descriptions"]),
+                                  *resolve.fingerprint_parts(settings, language))
         with timed("summarize") as st:
             names = ["entities", "relationships", "covariates"]
             if checkpoints.done("summarize", fp_summary, [out / f"{n}.parquet" for n in names]):
@@ -166,6 +175,11 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                 entities, relationships, covariates, failed = await summarize.summarize_graph(
                     extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items))
                 failures["summarize"] = list(failed)
+                if settings.resolution.enabled:  # opt-in: merge duplicate entities (resolve.py)
+                    entities, relationships, covariates, st["resolution"] = await resolve.resolve_in_pipeline(
+                        entities, relationships, covariates, llm, embedder, settings=settings, language=language)
+                if hooks is not None:
+                    entities, relationships, covariates = hooks.elements(entities, relationships, covariates)
                 for name, df in zip(names, (entities, relationships, covariates)):
                     write_table(df, out, name)
                 if not failed:
@@ -174,6 +188,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
 
         # text units and documents learn which elements they gave rise to
         units = _link_text_units(units, entities, relationships, covariates)
+        if hooks is not None:
+            docs, units = hooks.units(docs, units)
         write_table(docs, out, "documents")
         write_table(units, out, "text_units")
 
@@ -188,6 +204,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                 comms = communities.build_communities(entities, relationships,
                                                       max_cluster_size=settings.communities.max_cluster_size,
                                                       seed=settings.communities.seed)
+                if hooks is not None:
+                    comms = hooks.communities(comms)
                 write_table(comms, out, "communities")
                 checkpoints.mark("communities", fp_comm)
             st["per_level"] = {int(k): int(v) for k, v in comms.groupby("level").size().items()}
@@ -229,6 +247,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                              prompt_tokens=step_usage.prompt_tokens, completion_tokens=step_usage.completion_tokens,
                              retries=step_usage.retries)
             entry["failures"] = failures.get(step, [])
+        if hooks is not None:
+            stats["update"] = hooks.report(tables, stats)
         failures = {k: v for k, v in failures.items() if v}
         stats["failures"] = failures
         stats["partial"] = bool(failures)
