@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -32,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from index_overhead import CORPUS, extract_corpus, write_settings  # noqa: E402
 from mock_process import mock_server_process  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from live_server import CHROMIUM_ARGS, LiveServer  # noqa: E402
+
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DEFAULT_PROJECT = Path(tempfile.gettempdir()) / "sensegraph-bench-podcast"
 
 
@@ -59,27 +58,6 @@ def ensure_index(project: Path) -> float | None:
         settings = load_settings(project, env={})
         asyncio.run(run_index(settings, cache=False, allow_partial=True, log=lambda m: None))
     return time.perf_counter() - t0
-
-
-class LiveServer:
-    def __init__(self, app) -> None:
-        import uvicorn
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> "LiveServer":
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 def spread(values: list[float]) -> str:

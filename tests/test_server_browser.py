@@ -9,9 +9,6 @@ test's temporary folder, as test artefacts.
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -22,42 +19,13 @@ if not CHROMIUM.exists():
                 ".ci/run installs it)", allow_module_level=True)
 pytest.importorskip("fastapi", reason="the server tests need the serve extra: pip install '.[serve]'")
 sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need playwright: pip install '.[test]'")
-import uvicorn  # noqa: E402
 
 from explorer_index import build_index, settings_for, start_citing_server  # noqa: E402
+from live_server import CHROMIUM_ARGS, LiveServer  # noqa: E402
 from sensegraph.query import GraphIndex  # noqa: E402
 from sensegraph.server import create_app  # noqa: E402
 
-# The flags this machine's Chromium needs: no sandbox as root, and no background traffic to
-# Google's hosts (refused here, and noise anywhere).
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TIMEOUT_MS = 20_000
-
-
-class LiveServer:
-    """uvicorn serving the app on a free port of 127.0.0.1, in a thread of this process."""
-
-    def __init__(self, app) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> "LiveServer":
-        self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")

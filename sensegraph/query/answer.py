@@ -13,11 +13,11 @@ import pandas as pd
 
 from ..config import Settings
 from ..language import detect_language
-from ..llm.client import ChatClient, LLMError
+from ..llm.client import ChatClient
 from ..prompts import load_prompt, render, to_messages
 from ..tokens import count_tokens, truncate
 from .citations import normalise
-from .context import KINDS, Context, citation_id, record
+from .context import KINDS, Context, record
 from .data import GraphIndex
 
 LANGUAGE_NAMES = {"en": "English", "zh": "Chinese (简体中文)"}
@@ -190,5 +190,3 @@ def result(q: Query, method: str, answer: str, context: Context, *, stats: dict[
 def no_answer(q: Query) -> str:
     return NO_ANSWER[q.language]
 
-
-__all__ = ["Query", "QueryResult", "LLMError", "citation_id", "final_answer", "result", "no_answer", "cite"]

@@ -18,7 +18,7 @@ from ..llm.client import LLMError
 from ..tokens import count_tokens, truncate
 from .answer import Query, QueryResult, final_answer, no_answer, result
 from .citations import MAX_IDS, normalise, parse
-from .context import Context, Section, chunks, citation_id
+from .context import Context, Section, chunks
 from .data import list_ids
 
 MAX_POINTS = 5
@@ -190,5 +190,3 @@ async def text_search(q: Query) -> QueryResult:
     units = q.index.text_units
     return await map_reduce(q, "text", "Sources", shuffled(units, q.settings.query.seed), {"text_units": len(units)})
 
-
-__all__ = ["global_search", "text_search", "project_reports", "map_reduce", "citation_id"]

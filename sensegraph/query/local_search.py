@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .answer import Query, QueryResult, final_answer, no_answer, result
-from .context import Context, Section, pack
+from .context import Context, pack
 from .data import list_ids
 from .global_search import project_reports
 
@@ -102,7 +102,7 @@ async def local_context(q: Query, text: str) -> Context:
     spent = reports.tokens + entities.tokens + relationships.tokens + claims.tokens
     used_relationships = relationship_rows[:len(relationships)]
     sources = pack("Sources", _text_units(q, entity_rows, used_relationships), budget - spent)
-    return Context([sec for sec in (reports, entities, relationships, claims, sources) if isinstance(sec, Section)])
+    return Context([reports, entities, relationships, claims, sources])
 
 
 def allowed_refs(context: Context) -> dict[str, set[int]]:
