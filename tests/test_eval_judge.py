@@ -31,9 +31,9 @@ def shown(body) -> tuple[str, str, str, str]:
     """(answer 1, answer 2, criterion, reference) of a judge request."""
     text = last_user(body)
     a1 = re.search(r"--- Answer 1 ---\n(.*?)\n\n--- Answer 2", text, re.S).group(1)
-    a2 = re.search(r"--- Answer 2 ---\n(.*?)\n\nCriterion", text, re.S).group(1)
-    crit = re.search(r"Criterion: (\w+)\.", text).group(1)
-    ref = re.search(r"Comparison (.*)\n", text).group(1)
+    a2 = re.search(r"--- Answer 2 ---\n(.*?)\n\n--- Comparison", text, re.S).group(1)
+    crit = re.search(r"Criterion: (\w+):", text).group(1)
+    ref = re.search(r"--- Comparison (.*) ---\n", text).group(1)
     return a1, a2, crit, ref
 
 
@@ -189,3 +189,22 @@ def test_report_with_failed_answer_and_no_judgements(tmp_path):
     text = out["report"].read_text()
     assert "## Failures" in text and "q0 B: reduce timed out" in text
     assert out["figures"] == []  # nothing judged yet: no heatmap, and no crash
+
+
+def test_criteria_share_the_answers_prefix_and_run_in_one_lane(tmp_path):
+    # Prefix caching (llama.cpp slots, OpenAI) needs the long part first and the criteria of one
+    # comparison asked one after another; with one lane, requests come group by group.
+    store = make_store(tmp_path, {"A": "answer a " * 50, "B": "answer b " * 50}, questions=2)
+    llm, _, _ = judge(tmp_path, store, lambda b: {"reasoning": "", "winner": "tie"}, ["A", "B"], repeats=2,
+                      lanes=1)
+    texts = [last_user(b) for b in llm.requests]
+    groups = [re.search(r"--- Comparison (\S+ \S+) \S+ (r\d) ---", t).groups() for t in texts]
+    assert len(texts) == 2 * 2 * len(CRITERIA)
+    # each group's requests are consecutive: the group changes exactly (groups - 1) times
+    changes = sum(1 for x, y in zip(groups, groups[1:]) if x != y)
+    assert changes == len(set(groups)) - 1 == 3
+    for i in range(0, len(texts), len(CRITERIA)):
+        block = texts[i:i + len(CRITERIA)]
+        prefix = block[0].split("--- Comparison")[0]
+        assert len(prefix) > 900 and all(t.startswith(prefix) for t in block)
+        assert len({re.search(r"Criterion: (\w+):", t).group(1) for t in block}) == len(CRITERIA)

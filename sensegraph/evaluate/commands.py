@@ -274,7 +274,9 @@ def judge_cmd(root, name, conditions, repeats, criteria, aa, temperature, limit,
 
     async def go(bar):
         try:
-            return await run_judge(llm, store, conds, bar=bar, log=_log, **kw)
+            # One lane per local server slot, so each slot keeps one pair's answers cached.
+            lanes = settings.local.parallel if settings.chat.provider == "local" else None
+            return await run_judge(llm, store, conds, bar=bar, log=_log, lanes=lanes, **kw)
         finally:
             await llm.aclose()
 

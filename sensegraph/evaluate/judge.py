@@ -89,9 +89,17 @@ def estimate_judge_calls(n_questions: int, pairs: int, criteria: int, repeats: i
 async def run_judge(llm: ChatClient, store: EvalStore, conditions: list[str], *, repeats: int = 5,
                     criteria: tuple[str, ...] = CRITERIA, aa: bool = False, limit: int | None = None,
                     temperature: float = 0.5, max_tokens: int = 400, root: str | None = None,
-                    bar: Bar = no_bar, dry_run: bool = False, log=lambda m: None) -> dict[str, Any]:
+                    lanes: int | None = None, bar: Bar = no_bar, dry_run: bool = False,
+                    log=lambda m: None) -> dict[str, Any]:
     """Judge every (question, pair, criterion, repeat) not stored yet; rows go to
-    judgements.jsonl as they finish. Returns the estimate and the run summary."""
+    judgements.jsonl as they finish. Returns the estimate and the run summary.
+
+    The prompt puts the question and both answers first and the criterion last, and the
+    criteria of one (question, pair, repeat) are asked one after another in one lane: the
+    server then reuses the cached prompt prefix (llama.cpp slots, OpenAI prompt caching), so
+    the answers are read once per repeat instead of once per criterion. `lanes` is how many
+    such groups run at once (the local server's slot count; None = as many as the client's
+    concurrency allows)."""
     started = time.monotonic()
     questions = store.questions(limit)
     answers = store.done("answers")
@@ -142,7 +150,17 @@ async def run_judge(llm: ChatClient, store: EvalStore, conditions: list[str], *,
                                         "score_a": score_of(v.winner, a_first), "reasoning": v.reasoning})
         advance()
 
-    await asyncio.gather(*(one(*t) for t in todo))
+    groups: dict[tuple, list[tuple]] = {}
+    for t in todo:
+        groups.setdefault((t[0], t[2], t[3], t[5]), []).append(t)
+    gate = asyncio.Semaphore(lanes or max(1, len(groups)))
+
+    async def lane(items: list[tuple]) -> None:
+        async with gate:
+            for t in items:
+                await one(*t)
+
+    await asyncio.gather(*(lane(items) for items in groups.values()))
     run = store.record_run("judge", started, usage_totals(llm.usage), items=len(todo), failures=failures,
                            conditions=conditions, repeats=repeats, aa=aa)
     return {"estimate": estimate, "run": run}
