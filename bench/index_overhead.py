@@ -166,6 +166,12 @@ def report(r: dict, args: argparse.Namespace, n_docs: int, outer_wall: float, se
         ("time outside LLM waits", f"{outside:.1f} s   (wall - calls x latency / concurrency)"),
         ("peak RSS", f"{r['peak_rss_mb']:.0f} MB"),
     ]
+    if args.latency > 0:
+        # The best any client can do: every one of `concurrency` connections always busy.
+        ideal = args.concurrency / args.latency
+        achieved = r["requests"] / r["wall"]
+        rows.append(("achieved / ideal requests per s",
+                     f"{achieved:.1f} / {ideal:.1f} = {achieved / ideal:.2f} of ideal"))
     w = max(len(k) for k, _ in rows)
     print(f"\nsensegraph index overhead ({'first ' + str(args.limit) if args.limit else 'whole'} podcast corpus)")
     print("-" * (w + 40))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
 import sys
 from contextlib import contextmanager
@@ -32,6 +33,24 @@ def _settings(root: str, **overrides):
         return load_settings(root, overrides=overrides or None)
     except SettingsError as exc:
         _fail(str(exc))
+
+
+BUDGET_EXIT = 3  # the run stopped at its spending budget; rerunning continues it
+
+
+def budget_options(f):
+    """--budget-tokens / --budget-cost, shared by `index` and `update`."""
+    f = click.option("--budget-cost", type=click.FloatRange(min=0), default=None, metavar="X",
+                     help="Stop cleanly once this run has spent X (money, at chat.price_per_1k_*; "
+                          "0 = no limit). Default: chat.budget_cost.")(f)
+    return click.option("--budget-tokens", type=click.IntRange(min=0), default=None, metavar="N",
+                        help="Stop cleanly once this run's chat calls have used N prompt + completion "
+                             "tokens (0 = no limit). Default: chat.budget_tokens.")(f)
+
+
+def _budget_overrides(budget_tokens: int | None, budget_cost: float | None) -> dict:
+    chat = {k: v for k, v in (("budget_tokens", budget_tokens), ("budget_cost", budget_cost)) if v is not None}
+    return {"chat": chat} if chat else {}
 
 
 @contextmanager
@@ -108,31 +127,63 @@ def doctor(root: str) -> None:
 @click.option("--no-cache", is_flag=True, help="Ignore the answer cache for this run (every call is made again).")
 @click.option("--allow-partial", is_flag=True,
               help="Exit 0 even if some items failed after every retry (they are recorded in stats.json).")
-def index(root: str, dry_run: bool, no_cache: bool, allow_partial: bool) -> None:
+@budget_options
+def index(root: str, dry_run: bool, no_cache: bool, allow_partial: bool, budget_tokens: int | None,
+          budget_cost: float | None) -> None:
     """Build the graph index from the documents in input/ into output/.
 
     Steps: documents -> text units -> entities, relationships (and claims) with gleaning ->
     merged descriptions -> hierarchical Leiden communities -> community reports (bottom-up) ->
     embeddings. Interrupt at any time: a rerun skips finished steps and takes finished LLM calls
     from the cache. Items that fail after every retry are named, and the exit code is 1.
+
+    With a spending budget (--budget-tokens, --budget-cost or chat.budget_* in settings.yaml),
+    once it is used up no further call is sent and the run stops at the end of the current
+    step. Rerun to continue: finished calls come from the cache and cost nothing, and the
+    budget applies to each run anew.
+
+    \b
+    Exit codes: 0 done; 1 items failed after every retry; 2 bad settings or input;
+    3 stopped at the spending budget (rerun to continue).
     """
-    settings = _settings(root)
+    settings = _settings(root, **_budget_overrides(budget_tokens, budget_cost))
     if dry_run:
         from .index.estimate import estimate_index, print_estimate
 
         try:
-            print_estimate(estimate_index(settings), settings, out)
+            est = estimate_index(settings)
+            print_estimate(est, settings, out)
         except ValueError as exc:
             _fail(str(exc))
+        _print_budget_fit(est, settings)
         return
     result = _run_index(settings, no_cache=no_cache, allow_partial=allow_partial)
     _print_summary(result)
 
 
+def _print_budget_fit(est, settings) -> None:
+    """After the --dry-run estimate: does it fit the budget, or what share of it does the budget cover?"""
+    c = settings.chat
+    t = est.total()
+    limits = []
+    if c.budget_tokens:
+        limits.append(("chat.budget_tokens", c.budget_tokens, t.prompt_tokens + t.completion_tokens, "{:,.0f} tokens"))
+    if c.budget_cost:
+        cost = (t.prompt_tokens * c.price_per_1k_prompt + t.completion_tokens * c.price_per_1k_completion) / 1000
+        limits.append(("chat.budget_cost", c.budget_cost, cost, "{:.2f}"))
+    for name, budget, need, fmt in limits:
+        if need <= budget:
+            out.print(f"Budget: the estimated {fmt.format(need)} fit within {name} ({fmt.format(budget)}).")
+        else:
+            out.print(f"Budget: {name} ({fmt.format(budget)}) covers roughly {budget / need:.0%} of the estimated "
+                      f"{fmt.format(need)}: the run would stop part-way, and finishing would take about "
+                      f"{math.ceil(need / budget)} runs (each rerun continues from the cache with a fresh budget).")
+
+
 def _run_index(settings, *, no_cache: bool = False, allow_partial: bool = False, run=None):
     from .index.documents import InputError
-    from .index.pipeline import IndexFailed, run_index
-    from .llm import LLMError
+    from .index.pipeline import BudgetStopped, IndexFailed, run_index
+    from .llm import BudgetReached, LLMError
     from .llm.doctor import preflight
 
     run_index = run or run_index
@@ -149,6 +200,12 @@ def _run_index(settings, *, no_cache: bool = False, allow_partial: bool = False,
         _fail(str(exc))
     except IndexFailed as exc:
         _fail(str(exc), code=1)
+    except BudgetStopped as exc:
+        # Not an error: the run did what it was allowed to; the message says how to continue.
+        console.print(str(exc), style="yellow", highlight=False, markup=False)
+        sys.exit(BUDGET_EXIT)
+    except BudgetReached as exc:
+        _fail(str(exc), code=BUDGET_EXIT)
     except LLMError as exc:
         _fail(str(exc), code=1)
 
@@ -183,20 +240,23 @@ def _print_summary(result) -> None:
                    "Repeatable. Deleting the file from input/ yourself does the same.")
 @click.option("--allow-partial", is_flag=True,
               help="Exit 0 even if some items failed after every retry (they are recorded in stats.json).")
-def update(root: str, remove: tuple[str, ...], allow_partial: bool) -> None:
+@budget_options
+def update(root: str, remove: tuple[str, ...], allow_partial: bool, budget_tokens: int | None,
+           budget_cost: float | None) -> None:
     """Bring the index in line with input/: new, changed and deleted documents.
 
     Only new text units are extracted; entities and relationships whose instances changed are
     re-summarised, those left without a text unit disappear; the graph is re-clustered and
     only communities whose members, descriptions or sub-reports changed get new reports.
     The result equals a fresh index of the same documents. output/stats.json (section
-    "update") says what was recomputed and why.
+    "update") says what was recomputed and why. Exit code 3: stopped at the spending budget
+    (--budget-tokens / --budget-cost, as for `index`); rerun to continue.
     """
     import functools
 
     from .index.update import UpdateError, run_update
 
-    settings = _settings(root)
+    settings = _settings(root, **_budget_overrides(budget_tokens, budget_cost))
     try:
         result = _run_index(settings, allow_partial=allow_partial,
                             run=functools.partial(run_update, remove=list(remove)))
@@ -318,7 +378,7 @@ def query(question: str, root: str, method: str, level: int | None, dynamic: boo
 
     The answer goes to stdout; the cited records and the cost (calls, tokens) to stderr.
     """
-    from .llm import LLMError
+    from .llm import BudgetReached, LLMError
     from .llm.embedded import EmbeddedModelError
     from .query import IndexNotFound, Searcher
 
@@ -343,6 +403,8 @@ def query(question: str, root: str, method: str, level: int | None, dynamic: boo
             result = asyncio.run(run())
     except (IndexNotFound, ValueError) as exc:
         _fail(str(exc))
+    except BudgetReached as exc:
+        _fail(f"{exc}; raise chat.budget_tokens / budget_cost in settings.yaml (0 = no limit)", code=BUDGET_EXIT)
     except (LLMError, EmbeddedModelError) as exc:
         _fail(str(exc), code=1)
     if as_json:

@@ -53,6 +53,11 @@ class ChatSettings(ModelSettings):
     temperature: float = Field(0.0, ge=0, le=2)
     # auto: try json_schema, fall back to JSON mode + repair if the server refuses it.
     structured_output: Literal["auto", "json_schema", "json_mode"] = "auto"
+    # Spending limits of one run (0 = none): prompt + completion tokens of chat calls, and money
+    # at the prices above. Cache hits are free and not counted, so rerunning a stopped run with
+    # the same budget continues where it stopped and spends up to the budget again.
+    budget_tokens: int = Field(0, ge=0, description="0 = no limit")
+    budget_cost: float = Field(0.0, ge=0, description="0 = no limit; needs the prices")
 
 
 class EmbeddingSettings(ModelSettings):
@@ -344,6 +349,7 @@ def load_settings(
     except ValidationError as exc:
         raise SettingsError(_describe(exc, f"{settings_file} (or SENSEGRAPH_* variables)")) from None
     _check_endpoints(settings)
+    _check_budget(settings)
     return settings
 
 
@@ -359,3 +365,13 @@ def _check_endpoints(s: Settings) -> None:
                 )
             if m.api_version and not m.base_url:
                 raise SettingsError(f"{name}.base_url: Azure (api_version set) needs base_url=https://NAME.openai.azure.com")
+
+
+def _check_budget(s: Settings) -> None:
+    c = s.chat
+    if c.budget_cost and not (c.price_per_1k_prompt or c.price_per_1k_completion):
+        # Without prices every call costs 0, so the limit would silently never apply.
+        raise SettingsError(
+            f"chat.budget_cost: a cost budget ({c.budget_cost:g}) needs prices; set chat.price_per_1k_prompt and "
+            "chat.price_per_1k_completion to what your provider charges per 1000 tokens, or limit tokens "
+            "with chat.budget_tokens instead")

@@ -118,14 +118,49 @@ def test_every_community_gets_a_report(small_budget):
     assert (reports["context_tokens"] <= 500).all()
 
 
-def test_deepest_level_written_first(small_budget):
+def test_composed_report_is_requested_after_its_sub_reports(small_budget):
     _, _, comms, reporter, reports, _, _ = small_budget
-    written = llm_written(reports).assign(order=lambda d: d["title"].str[1:].astype(int))
-    spans = written.groupby("level")["order"].agg(["min", "max"])
-    for level in spans.index[:-1]:
-        # Every request for level L+1 was made before any request for level L.
-        assert spans.loc[level + 1, "max"] < spans.loc[level, "min"]
-    assert spans.index.max() == comms["level"].max()
+    order = llm_written(reports).assign(order=lambda d: d["title"].str[1:].astype(int)).set_index("community")["order"]
+    composed = reports[reports["used_sub_reports"]]
+    assert len(composed) > 0
+    for _, row in composed.iterrows():
+        kids = [k for k in row["children"] if k in order.index]
+        assert kids and all(order[k] < order[row["community"]] for k in kids)
+
+
+class GatedLLM:
+    """Stands in for the chat client: holds every request of `held_level` until a request from
+    a shallower level has arrived. A level-by-level scheduler would never get there."""
+
+    def __init__(self, level_of: dict[str, int], held_level: int):
+        self.level_of, self.held = level_of, held_level
+        self.opened = asyncio.Event()
+        self.started: list[int] = []
+
+    async def structured(self, messages, schema, *, step, item, max_tokens, **kw):
+        level = self.level_of[item]
+        self.started.append(level)
+        if level < self.held:
+            self.opened.set()
+        else:
+            await asyncio.wait_for(self.opened.wait(), timeout=10)
+        return schema(title=f"R{item}", summary="S.", rating=1.0, rating_explanation="E.",
+                      findings=[{"summary": "F.", "explanation": "E."}])
+
+
+def test_community_whose_elements_fit_does_not_wait_for_the_level_below():
+    entities, relationships = graph(long=False)
+    comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
+    deepest = int(comms["level"].max())
+    assert deepest >= 1
+    level_of = {str(c): int(lv) for c, lv in zip(comms["community"], comms["level"])}
+    llm = GatedLLM(level_of, held_level=deepest)
+    settings = Settings(reports=ReportSettings(max_input_tokens=200_000, max_tokens=800))
+    reports, failed = asyncio.run(write_reports(comms, entities, relationships, None, llm, settings=settings,
+                                                language="en"))
+    assert failed == [] and len(reports) == len(comms)
+    # the deepest level was queued first, yet a shallower report started while it was held
+    assert llm.started[0] == deepest and min(llm.started) < deepest
 
 
 def test_carried_communities_cost_no_call(small_budget):

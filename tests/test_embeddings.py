@@ -177,3 +177,40 @@ def test_openai_concurrency_is_limited():
     emb = Embedder(s, cache=None, http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
     assert run(emb.embed([str(i) for i in range(8)])).shape == (8, 8)
     assert peak == 2
+
+
+def test_index_embeds_all_batches_of_all_tables_concurrently(tmp_path):
+    import pandas as pd
+
+    from sensegraph.index.embed import embed_tables
+    from sensegraph.store.vectors import VectorIndex, vector_model
+
+    active = peak = 0
+    fake = FakeEmbeddings()
+
+    async def handler(request):
+        nonlocal active, peak
+        if any("broken" in t for t in json.loads(request.content)["input"]):
+            return httpx.Response(400, json={"error": {"message": "bad input"}})
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.02)
+        active -= 1
+        return fake.handler(request)
+
+    s = EmbeddingSettings(provider="openai", model="fake-embed", base_url="http://fake/v1", batch_size=2,
+                          concurrency=8, dimensions=8)
+    emb = Embedder(s, cache=None, http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    tables = {"text_units": pd.DataFrame({"id": [f"u{i}" for i in range(6)], "text": [f"unit {i}" for i in range(6)]}),
+              "entities": pd.DataFrame({"id": ["e0", "e1", "e2"], "title": ["A", "broken", "C"],
+                                        "description": ["a", "b", "c"]})}
+    ticks: list[int] = []
+    counts, failed = run(embed_tables(tables, emb, tmp_path, advance=ticks.append))
+    # 5 batches; more than one table's batches were in flight together
+    assert peak > 2 and sum(ticks) == 9
+    # a failed batch leaves exactly its rows out, and the others are kept
+    assert counts == {"text_units": 6, "entities": 1} and failed == ["entities:e0", "entities:e1"]
+    units = VectorIndex.load(tmp_path, "text_units")
+    assert list(units.ids) == [f"u{i}" for i in range(6)]
+    assert np.allclose(units.vectors[3], run(emb.embed(["unit 3"]))[0], atol=1e-6)
+    assert vector_model(tmp_path, "text_units") == "fake-embed"

@@ -241,3 +241,39 @@ def test_rerun_with_the_same_cache_makes_no_request(tmp_path):
     assert second.requests == []
     pd.testing.assert_frame_equal(e1, e2)
     pd.testing.assert_frame_equal(r1, r2)
+
+
+class InFlight:
+    """Stands in for the chat client: counts the units with a call in progress or a chain begun
+    and not finished (a unit's chain: extract, check, continue, check)."""
+
+    def __init__(self):
+        self.calls: dict[str, int] = {}
+        self.open: set[str] = set()
+        self.peak = 0
+
+    async def structured(self, messages, schema, *, step, item, max_tokens, **kw):
+        self.open.add(item)
+        self.peak = max(self.peak, len(self.open))
+        n = self.calls[item] = self.calls.get(item, 0) + 1
+        await asyncio.sleep(0.005)
+        if schema.__name__ == "GleanCheck":
+            if n == 4:
+                self.open.discard(item)  # the second check ends the chain
+            return schema(missed=n == 2)
+        return schema.model_validate({"entities": [ent(f"E{item}")], "relationships": []})
+
+
+def test_embedded_server_gets_no_more_units_in_progress_than_slots(tmp_path):
+    # so each unit's gleaning calls find its own slot idle with the prompt still cached there
+    texts = [f"Person {i} walked." for i in range(6)]
+    local = Settings(root=str(tmp_path), chat={"provider": "local"}, local={"parallel": 2},
+                     extraction={"max_gleanings": 2})
+    fake = InFlight()
+    result = run(extract_graph(units(*texts), fake, settings=local, language="en"))
+    assert len(result.entities) == 12 and fake.peak == 2 and set(fake.calls.values()) == {4}
+    hosted = Settings(root=str(tmp_path), chat={"provider": "openai", "model": "m", "base_url": "http://x/v1"},
+                      extraction={"max_gleanings": 2})
+    fake = InFlight()
+    run(extract_graph(units(*texts), fake, settings=hosted, language="en"))
+    assert fake.peak == 6  # a hosted server queues and caches on its own: every unit starts at once

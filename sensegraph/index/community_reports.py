@@ -255,6 +255,8 @@ def _context(c: _Community, el: _Elements, communities: dict[int, _Community],
     """The context for one community and whether sub-community reports were used."""
     packed = _pack(el, c.titles, c.edge_ids, budget)
     if packed.complete:
+        # Does not read `reports`: write_reports relies on this to start such a community
+        # without waiting for its sub-communities.
         return _fits(packed.text(), budget), False
     # Sub-communities with a report (copies of this community are not sub-communities).
     subs = [communities[n] for n in c.children if n in reports and not communities[n].carried]
@@ -422,7 +424,24 @@ async def write_reports(
     entity_info = {str(r.title): (str(r.description), r.human_readable_id)
                    for r in entities.itertuples(index=False)}
 
+    # Bottom-up by dependency, not level by level: a community starts as soon as the reports it
+    # may read exist. One whose own elements fit the budget reads none (see _context), so it
+    # starts at once; only the others wait for their sub-communities. The prompts are exactly
+    # those of a level-by-level run, but no level waits for the slowest report of the level
+    # below, which keeps the client's concurrency busy to the end.
+    finished = {n: asyncio.Event() for n, c in comms.items() if not c.carried}
+
     async def write(c: _Community) -> None:
+        try:
+            await _write(c)
+        finally:
+            finished[c.number].set()
+
+    async def _write(c: _Community) -> None:
+        if not _pack(el, c.titles, c.edge_ids, budget).complete:
+            for n in c.children:
+                if n in finished:
+                    await finished[n].wait()
         if _isolated_entity(c, el, comms):
             title = c.titles[0]
             report = _single_entity_report(title, *entity_info[title], language)
@@ -445,9 +464,9 @@ async def write_reports(
         if advance:
             advance(1)
 
-    for level in sorted({c.level for c in comms.values()}, reverse=True):
-        # Reports of this level are all written before the level above reads them.
-        await asyncio.gather(*(write(c) for c in comms.values() if c.level == level and not c.carried))
+    # Deepest first, so the calls that others wait for are queued first.
+    await asyncio.gather(*(write(c) for c in sorted(comms.values(), key=lambda c: (-c.level, c.number))
+                           if not c.carried))
 
     # Copies reuse the report of the community they copy (their nearest non-carried ancestor).
     for c in sorted((c for c in comms.values() if c.carried), key=lambda c: (c.level, c.number)):

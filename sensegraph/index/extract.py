@@ -13,6 +13,7 @@ in the language of the text; nothing here forces English.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -260,9 +261,18 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
     schema = graph_schema(ex.entity_types, ex.max_entities, ex.max_relationships)
     counts = {"self_loops": 0, "empty_names": 0}
 
+    # The embedded llama.cpp server keeps each slot's last prompt cached, and a unit's gleaning
+    # calls repeat its extraction prompt and answer. With no more units in progress than the
+    # server has slots, a unit's next call finds its own slot idle (the others are busy) and
+    # only the new tokens are read; with more, queued requests of other units take the freed
+    # slot and evict the prefix. Hosted servers queue and cache on their own: no limit there.
+    lanes = settings.local.parallel if settings.chat.provider == "local" else 0
+    gate: Any = asyncio.Semaphore(lanes) if lanes else contextlib.nullcontext()
+
     async def one(unit_id: str, text: str) -> _UnitResult:
         try:
-            return await _extract_unit(unit_id, text, llm, settings, schema, prompts, counts)
+            async with gate:
+                return await _extract_unit(unit_id, text, llm, settings, schema, prompts, counts)
         finally:
             if advance:
                 advance(1)

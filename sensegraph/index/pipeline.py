@@ -6,6 +6,7 @@ come from the cache. So an interrupted run, rerun, repeats no paid work.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -19,7 +20,7 @@ import pandas as pd
 
 from ..config import Settings
 from ..language import resolve_language
-from ..llm import StepUsage, Usage, open_cache, open_chat, open_embedder
+from ..llm import ChatClient, StepUsage, Usage, open_cache, open_chat, open_embedder
 from ..store.tables import read_table, write_json_atomic, write_table
 from . import community_reports, communities, documents, embed, extract, resolve, summarize, text_units
 
@@ -30,6 +31,10 @@ STATE_FILE = "state.json"
 LLM_STEPS = {"extract": ("extract", "claims"), "summarize": ("summarize", "resolve"),
              "community_reports": ("community_reports",), "embed": ("embed",)}
 WORK_DIR = "_work"  # intermediate tables (extraction instances), kept for incremental updates
+# Steps a spending budget can stop, the usage step names of their items, and what the items are.
+BUDGET_STEPS = {"extract": (("extract", "claims"), "text units"),
+                "summarize": (("summarize",), "entity and relationship descriptions"),
+                "community_reports": (("community_reports",), "community reports")}
 
 
 class IndexFailed(RuntimeError):
@@ -43,6 +48,15 @@ class IndexFailed(RuntimeError):
                          f"{stats_path}):\n" + "\n".join(lines) +
                          "\nRerun `sensegraph index` to retry only these (finished work comes from the cache), "
                          "or pass --allow-partial to accept the gap.")
+
+
+class BudgetStopped(RuntimeError):
+    """The run reached its spending budget (chat.budget_tokens / budget_cost) and stopped between
+    steps; the message says where and how to continue. stats.json has `"stopped": "budget"`."""
+
+    def __init__(self, message: str, stats: dict[str, Any]):
+        self.stats = stats
+        super().__init__(message)
 
 
 @dataclass
@@ -103,13 +117,24 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
     work = out / WORK_DIR
     out.mkdir(parents=True, exist_ok=True)
     checkpoints = _Checkpoints(out)
-    usage = Usage(settings.chat.price_per_1k_prompt, settings.chat.price_per_1k_completion)
+    usage = Usage(settings.chat.price_per_1k_prompt, settings.chat.price_per_1k_completion,
+                  settings.embedding.price_per_1k_prompt)
     answer_cache = open_cache(settings, cache)
     llm = open_chat(settings, cache=answer_cache, usage=usage)
     embedder = open_embedder(settings, cache=answer_cache, usage=usage)
+    prefetch: asyncio.Task | None = None
     try:
         stats: dict[str, Any] = {"steps": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
         failures: dict[str, list[str]] = {}
+        budget_items: dict[str, int] = {}  # items of each budgeted step run so far
+
+        def stop_if_budget(step: str, items: int, not_done: list[str]) -> None:
+            # Only between steps: a step cut short is not marked done and no later step runs on
+            # its partial output; the rerun takes its finished calls from the cache.
+            budget_items[step] = items
+            if llm.budget_reached:
+                raise _budget_stop(step, llm, out, stats, {**failures, step: list(not_done)}, budget_items,
+                                   "sensegraph update" if hooks is not None else "sensegraph index")
 
         @contextmanager
         def timed(step: str):
@@ -132,6 +157,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
             docs["text_unit_ids"] = [by_doc.get(d, []) for d in docs["id"]]
             st["text_units"] = len(units)
             st["tokens"] = int(units["n_tokens"].sum())
+        # Text-unit vectors are computed alongside extraction (into the cache), not after it.
+        prefetch = embed.prefetch_text_units(units, embedder)
 
         # 3. extraction of element instances (one call per text unit, plus gleaning)
         fp_extract = extract_fingerprint(settings, units, language)
@@ -148,6 +175,9 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                 work.mkdir(parents=True, exist_ok=True)
                 for p, df in zip(inst_paths, (extraction.entities, extraction.relationships, extraction.claims)):
                     write_table(df, p.parent, p.stem)  # not a known table: no column check
+                # After writing: `sensegraph update` reuses these instances and retries the
+                # units stats.json lists as not done.
+                stop_if_budget("extract", extraction.stats.get("units", len(units)), extraction.failed)
                 if not extraction.failed:
                     checkpoints.mark("extract", fp_extract)
             failures["extract"] = list(extraction.failed)
@@ -175,9 +205,12 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                 entities, relationships, covariates, failed = await summarize.summarize_graph(
                     extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items))
                 failures["summarize"] = list(failed)
-                if settings.resolution.enabled:  # opt-in: merge duplicate entities (resolve.py)
+                # opt-in: merge duplicate entities (resolve.py); not once the budget is used up
+                if settings.resolution.enabled and not llm.budget_reached:
                     entities, relationships, covariates, st["resolution"] = await resolve.resolve_in_pipeline(
                         entities, relationships, covariates, llm, embedder, settings=settings, language=language)
+                # Before writing: the tables of the last complete run stay as they were.
+                stop_if_budget("summarize", n_items, failed)
                 if hooks is not None:
                     entities, relationships, covariates = hooks.elements(entities, relationships, covariates)
                 for name, df in zip(names, (entities, relationships, covariates)):
@@ -222,6 +255,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                     comms, entities, relationships, covariates, llm, settings=settings, language=language,
                     advance=bar("community reports", len(comms)))
                 failures["community_reports"] = [str(f) for f in failed]
+                stop_if_budget("community_reports", len(comms), failures["community_reports"])
                 write_table(reports, out, "community_reports")
                 if not failed:
                     checkpoints.mark("community_reports", fp_reports)
@@ -231,22 +265,13 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         tables = {"documents": docs, "text_units": units, "entities": entities, "relationships": relationships,
                   "covariates": covariates, "communities": comms, "community_reports": reports}
         with timed("embed") as st:
+            if prefetch is not None:
+                await prefetch
             st["vectors"], failures["embed"] = await embed.embed_tables(
                 tables, embedder, out, advance=bar("embeddings", embed.embedding_count(tables)))
 
         stats["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-        stats["llm"] = usage.as_dict()
-        for step, entry in stats["steps"].items():
-            # Usage is recorded under the pipeline's step names; claims are part of extraction.
-            # A step that made no call still reports zeros, so stats.json keeps one shape.
-            step_usage = StepUsage()
-            for name in LLM_STEPS.get(step, ()):
-                step_usage.add(usage.steps.get(name, StepUsage()))
-            if step in LLM_STEPS:
-                entry.update(calls=step_usage.calls, cache_hits=step_usage.cache_hits,
-                             prompt_tokens=step_usage.prompt_tokens, completion_tokens=step_usage.completion_tokens,
-                             retries=step_usage.retries)
-            entry["failures"] = failures.get(step, [])
+        _add_usage(stats, usage, failures)
         if hooks is not None:
             stats["update"] = hooks.report(tables, stats)
         failures = {k: v for k, v in failures.items() if v}
@@ -256,6 +281,9 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         write_json_atomic(stats_path, stats)
     finally:
         # Also on an exception or a cancellation (Ctrl-C): close connections and the cache.
+        if prefetch is not None and not prefetch.done():
+            prefetch.cancel()
+            await asyncio.gather(prefetch, return_exceptions=True)
         await llm.aclose()
         await embedder.aclose()
         if answer_cache is not None:
@@ -263,6 +291,55 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
     if failures and not allow_partial:
         raise IndexFailed(failures, stats_path)
     return IndexResult(out, tables, stats, failures)
+
+
+def _add_usage(stats: dict[str, Any], usage: Usage, failures: dict[str, list[str]]) -> None:
+    stats["llm"] = usage.as_dict()
+    for step, entry in stats["steps"].items():
+        # Usage is recorded under the pipeline's step names; claims are part of extraction.
+        # A step that made no call still reports zeros, so stats.json keeps one shape.
+        step_usage = StepUsage()
+        for name in LLM_STEPS.get(step, ()):
+            step_usage.add(usage.steps.get(name, StepUsage()))
+        if step in LLM_STEPS:
+            entry.update(calls=step_usage.calls, cache_hits=step_usage.cache_hits,
+                         prompt_tokens=step_usage.prompt_tokens, completion_tokens=step_usage.completion_tokens,
+                         retries=step_usage.retries)
+        entry["failures"] = failures.get(step, [])
+
+
+def _budget_stop(step: str, llm: ChatClient, out: Path, stats: dict[str, Any], failures: dict[str, list[str]],
+                 items: dict[str, int], command: str) -> BudgetStopped:
+    """Write stats.json for a run stopped by its budget during `step`; the exception to raise."""
+    usage, chat = llm.usage, llm.settings
+    counts = {}
+    for name, n in items.items():
+        not_done = failures.get(name, [])
+        # Items the client recorded as real failures; every other item not done was skipped.
+        real = {i for u in BUDGET_STEPS[name][0] for i in usage.steps.get(u, StepUsage()).failures}
+        failed = min(len(not_done), len(real))
+        counts[name] = {"items": n, "done": n - len(not_done), "skipped": len(not_done) - failed, "failed": failed}
+    _add_usage(stats, usage, failures)
+    stats["stopped"] = "budget"
+    stats["budget"] = {"limit": llm.budget_limit(), "step": step, "budget_tokens": chat.budget_tokens,
+                       "budget_cost": chat.budget_cost, "spent_tokens": usage.chat_tokens(),
+                       "spent_cost": round(usage.cost(), 6), "steps": counts}
+    # Skipped items stay listed as not done: `sensegraph update` retries the text units listed here.
+    stats["failures"] = {k: v for k, v in failures.items() if v}
+    stats["partial"] = True
+    stats_path = out / "stats.json"
+    write_json_atomic(stats_path, stats)
+    c = counts[step]
+    failed = f", {c['failed']} failed" if c["failed"] else ""
+    flag = "--budget-tokens" if llm.budget_limit() == "budget_tokens" else "--budget-cost"
+    message = (
+        f"Stopped: {llm.describe_budget()}.\n"
+        f"The limit was reached during {step}: {c['done']} of {c['items']} {BUDGET_STEPS[step][1]} done, "
+        f"{c['skipped']} skipped{failed}. Later steps did not run (details in {stats_path}).\n"
+        "Nothing finished is lost: every answer received is in the cache.\n"
+        f"To continue, rerun `{command}`, optionally with a larger {flag} (or 0 for no limit); "
+        "finished calls come from the cache and cost nothing.")
+    return BudgetStopped(message, stats)
 
 
 def _prompt_fingerprint(settings: Settings, language: str, names: list[str]) -> str:

@@ -6,7 +6,7 @@ import asyncio
 
 from ..config import Settings
 from .cache import Cache
-from .client import ChatClient, LLMError, Messages, run_sync, strict_schema
+from .client import BudgetReached, ChatClient, LLMError, Messages, run_sync, strict_schema
 from .usage import StepUsage, Usage
 
 
@@ -39,6 +39,6 @@ def open_embedder(settings: Settings, *, cache: Cache | None, usage: Usage | Non
 
 
 __all__ = [
-    "Cache", "ChatClient", "LLMError", "Messages", "StepUsage", "Usage",
+    "BudgetReached", "Cache", "ChatClient", "LLMError", "Messages", "StepUsage", "Usage",
     "open_cache", "open_chat", "open_embedder", "run_sync", "strict_schema",
 ]

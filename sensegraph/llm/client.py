@@ -42,6 +42,19 @@ class LLMError(RuntimeError):
         super().__init__(f"{purpose} failed{tries}: {reason}")
 
 
+class BudgetReached(LLMError):
+    """The run's spending reached chat.budget_tokens or chat.budget_cost, so the request was not
+    sent. An LLMError, so every step records the item as not done and finishes quickly: each
+    further call fails at once, without a request. Usage lists such items under `budget_skipped`,
+    apart from real failures, and a rerun (with a larger budget) does them."""
+
+    def __init__(self, purpose: str, limit: str):
+        self.purpose = purpose
+        self.reason = limit
+        self.attempts = 0
+        RuntimeError.__init__(self, f"{purpose} not sent: {limit}")
+
+
 class _Retryable(Exception):
     """A failed attempt worth repeating. `answer` is set when the server did answer, but with
     something unusable; `repeats` when the same request is known to give the same bad answer."""
@@ -126,6 +139,42 @@ class ChatClient:
         self._mode = settings.structured_output if settings.structured_output != "auto" else "json_schema"
         self._auto = settings.structured_output == "auto"
 
+    # -- spending budget ----------------------------------------------------------------------
+    # The budget is per client, i.e. per run: cache hits are free and not counted, so rerunning
+    # a stopped run continues where it stopped and may spend the whole budget again on new calls.
+    # Embedding tokens never count toward budget_tokens: they are cheap, and the local embedder's
+    # counts are not billed tokens at all. They do count toward budget_cost when an embedder
+    # shares this Usage and has a price (see Usage.cost).
+    def budget_limit(self) -> str | None:
+        """The setting this run's spending has reached ("budget_tokens" or "budget_cost"), or None."""
+        s, u = self.settings, self.usage
+        if s.budget_tokens and u.chat_tokens() >= s.budget_tokens:
+            return "budget_tokens"
+        if s.budget_cost and u.cost() >= s.budget_cost:
+            return "budget_cost"
+        return None
+
+    def describe_budget(self) -> str:
+        """The reached limit in words, with what was spent."""
+        s, u = self.settings, self.usage
+        if self.budget_limit() == "budget_tokens":
+            return (f"the token budget is used up (chat.budget_tokens = {s.budget_tokens:,}; "
+                    f"{u.chat_tokens():,} tokens spent in this run)")
+        return f"the cost budget is used up (chat.budget_cost = {s.budget_cost:g}; {u.cost():.4f} spent in this run)"
+
+    @property
+    def budget_reached(self) -> bool:
+        return self.budget_limit() is not None
+
+    def _check_budget(self, step: str, item: str) -> None:
+        # Checked before every attempt that would send a request (retries included) and again
+        # once a concurrency slot is free, so requests queued behind the limit are never sent.
+        # Calls already in flight when the limit is crossed complete normally (their tokens are
+        # spent anyway): the overshoot is at most the calls in flight, `concurrency` at most.
+        if self.budget_reached:
+            self.usage.step(step).budget_skipped.append(item or step)
+            raise BudgetReached(self._purpose(step, item), self.describe_budget())
+
     # -- connection ---------------------------------------------------------------------------
     async def _openai(self) -> openai.AsyncOpenAI:
         if self._client is not None:
@@ -191,10 +240,12 @@ class ChatClient:
             use.cache_hits += 1
             yield hit["content"]
             return
+        self._check_budget(step, item)
         client = await self._openai()
         parts: list[str] = []
         prompt_tokens = completion_tokens = 0
         async with self._semaphore:
+            self._check_budget(step, item)
             use.requests += 1
             try:
                 stream = await client.chat.completions.create(
@@ -212,8 +263,8 @@ class ChatClient:
                 raise LLMError(self._purpose(step, item), _describe_error(exc, self.settings.api_key), 1) from None
         content = "".join(parts)
         use.calls += 1
-        use.prompt_tokens += prompt_tokens or sum(count_tokens(m["content"]) for m in messages)
-        use.completion_tokens += completion_tokens or count_tokens(content)
+        self.usage.add_chat(step, prompt_tokens or sum(count_tokens(m["content"]) for m in messages),
+                            completion_tokens or count_tokens(content))
         if self.cache is not None:
             self.cache.put_json(key, {"content": content})
 
@@ -254,15 +305,16 @@ class ChatClient:
         last_bad: str | None = None
         same_bad = 0
         for attempt in range(attempts):
+            self._check_budget(step, item)  # before the rate limiter, which may wait
             if attempt:
                 use.retries += 1
             await self._limiter.acquire(estimate)
             try:
                 content, usage = await self._request(messages, max_tokens, temperature, schema, json_schema,
-                                                     vary, step)
+                                                     vary, step, item)
                 # Tokens of a rejected answer are billed too; `calls` counts only answers we keep.
-                use.prompt_tokens += usage[0] or sum(count_tokens(m["content"]) for m in messages)
-                use.completion_tokens += usage[1] or count_tokens(content)
+                self.usage.add_chat(step, usage[0] or sum(count_tokens(m["content"]) for m in messages),
+                                    usage[1] or count_tokens(content))
                 if schema is not None:
                     content = _validated(content, schema)
                 use.calls += 1
@@ -287,7 +339,7 @@ class ChatClient:
 
     async def _request(
         self, messages: Messages, max_tokens: int, temperature: float,
-        schema: type[BaseModel] | None, json_schema: dict | None, vary: int, step: str,
+        schema: type[BaseModel] | None, json_schema: dict | None, vary: int, step: str, item: str = "",
     ) -> tuple[str, tuple[int, int]]:
         client = await self._openai()
         kwargs: dict[str, Any] = dict(model=self.model, messages=messages, max_tokens=max_tokens,
@@ -306,10 +358,11 @@ class ChatClient:
             kwargs["messages"] = _with_hint(messages, _schema_hint(json_schema))
             if mode == "json_mode":
                 kwargs["response_format"] = {"type": "json_object"}
-        # Counted per HTTP request, so a fallback between structured modes counts too.
-        self.usage.step(step).requests += 1
         try:
             async with self._semaphore:
+                self._check_budget(step, item)
+                # Counted per HTTP request, so a fallback between structured modes counts too.
+                self.usage.step(step).requests += 1
                 reply = await client.chat.completions.create(**kwargs)
         except openai.RateLimitError as exc:
             raise _Retryable(_describe_error(exc, self.settings.api_key),
@@ -320,7 +373,8 @@ class ChatClient:
             if schema is not None and self._auto and exc.status_code in (400, 422) and mode != "prompt":
                 # The server does not support this structured-output mode: step down once and retry now.
                 self._mode = "json_mode" if mode == "json_schema" else "prompt"
-                return await self._request(messages, max_tokens, temperature, schema, json_schema, vary, step)
+                return await self._request(messages, max_tokens, temperature, schema, json_schema, vary, step,
+                                           item)
             raise
         except (openai.APITimeoutError, openai.APIConnectionError) as exc:
             raise _Retryable(_describe_error(exc, self.settings.api_key)) from None

@@ -78,6 +78,8 @@ class Embedder:
         self._http_client = http_client
         self._client: openai.AsyncOpenAI | None = None
         self._semaphore = asyncio.Semaphore(settings.concurrency)
+        # The local model already uses every core for one batch; two at once would only thrash.
+        self._local_lock = asyncio.Lock()
         self._dim: int | None = LOCAL_DIM if settings.provider == "local" else (
             settings.dimensions or _KNOWN_DIMS.get(settings.model))
 
@@ -156,7 +158,8 @@ class Embedder:
         use = self.usage.step(step)
         use.requests += 1
         # The engine holds the GIL only briefly; a worker thread keeps the event loop answering.
-        vectors = await asyncio.to_thread(_local_embed, batch, kind)
+        async with self._local_lock:
+            vectors = await asyncio.to_thread(_local_embed, batch, kind)
         use.calls += 1
         use.prompt_tokens += sum(count_tokens(t) for t in batch)
         return vectors

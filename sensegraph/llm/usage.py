@@ -14,6 +14,9 @@ class StepUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     failures: list[str] = field(default_factory=list)  # items that failed after every retry
+    # Items whose call was not sent because the spending budget was used up: not a model
+    # failure, and a rerun (with a larger budget) does them.
+    budget_skipped: list[str] = field(default_factory=list)
 
     def add(self, other: "StepUsage") -> None:
         self.calls += other.calls
@@ -23,20 +26,42 @@ class StepUsage:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.failures.extend(other.failures)
+        self.budget_skipped.extend(other.budget_skipped)
 
 
 class Usage:
-    """Counters keyed by step name ("extract", "claims", "summarize", "community_reports", "embed", ...)."""
+    """Counters keyed by step name ("extract", "claims", "summarize", "community_reports", "embed", ...).
 
-    def __init__(self, price_per_1k_prompt: float = 0.0, price_per_1k_completion: float = 0.0):
+    Chat and embedding calls may share one Usage (the indexing pipeline does; the resolve step
+    records both under one name), so chat tokens are also summed apart: they are what
+    `chat.budget_tokens` counts and what the chat prices apply to. Every other token is an
+    embedding token, priced at `price_per_1k_embedding` (by default the prompt price, which is
+    right for a Usage that only an embedder writes to)."""
+
+    def __init__(self, price_per_1k_prompt: float = 0.0, price_per_1k_completion: float = 0.0,
+                 price_per_1k_embedding: float | None = None):
         self.steps: dict[str, StepUsage] = {}
         self.price_prompt = price_per_1k_prompt
         self.price_completion = price_per_1k_completion
+        self.price_embedding = price_per_1k_prompt if price_per_1k_embedding is None else price_per_1k_embedding
+        self.chat_prompt_tokens = 0
+        self.chat_completion_tokens = 0
 
     def step(self, name: str) -> StepUsage:
         if name not in self.steps:
             self.steps[name] = StepUsage()
         return self.steps[name]
+
+    def add_chat(self, step: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Tokens of one chat request (the chat client's only way of recording tokens)."""
+        s = self.step(step)
+        s.prompt_tokens += prompt_tokens
+        s.completion_tokens += completion_tokens
+        self.chat_prompt_tokens += prompt_tokens
+        self.chat_completion_tokens += completion_tokens
+
+    def chat_tokens(self) -> int:
+        return self.chat_prompt_tokens + self.chat_completion_tokens
 
     def total(self) -> StepUsage:
         out = StepUsage()
@@ -45,8 +70,13 @@ class Usage:
         return out
 
     def cost(self, step: str | None = None) -> float:
-        s = self.total() if step is None else self.step(step)
-        return (s.prompt_tokens * self.price_prompt + s.completion_tokens * self.price_completion) / 1000
+        if step is not None:
+            s = self.step(step)
+            return (s.prompt_tokens * self.price_prompt + s.completion_tokens * self.price_completion) / 1000
+        t = self.total()
+        other = t.prompt_tokens + t.completion_tokens - self.chat_tokens()
+        return (self.chat_prompt_tokens * self.price_prompt + self.chat_completion_tokens * self.price_completion
+                + other * self.price_embedding) / 1000
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: asdict(s) for name, s in sorted(self.steps.items())}
