@@ -224,7 +224,10 @@ def _print_summary(result) -> None:
     table.add_row("reports", str(len(t["community_reports"])))
     total = stats["llm"]["total"]
     table.add_row("LLM calls", f"{total['calls']} (+{total['cache_hits']} from cache)")
-    table.add_row("tokens", f"{total['prompt_tokens']:,} prompt, {total['completion_tokens']:,} completion")
+    cached = total.get("cached_prompt_tokens", 0)
+    table.add_row("tokens", f"{total['prompt_tokens']:,} prompt"
+                  + (f" ({cached:,} from the server's prompt cache)" if cached else "")
+                  + f", {total['completion_tokens']:,} completion")
     if "cost" in total:
         table.add_row("cost", f"{total['cost']:.4f}")
     table.add_row("wall time", f"{sum(s.get('seconds', 0) for s in stats['steps'].values()):.1f} s")
@@ -455,7 +458,9 @@ def _print_query_footer(result) -> None:
     if "map_calls" in st:
         parts.append(f"{st['map_calls']} map + {st.get('reduce_calls', 0)} reduce calls")
     parts.append(f"{u['calls']} LLM calls (+{u['cache_hits']} cached), "
-                 f"{u['prompt_tokens']:,} prompt + {u['completion_tokens']:,} completion tokens")
+                 f"{u['prompt_tokens']:,} prompt"
+                 + (f" ({u['cached_prompt_tokens']:,} server-cached)" if u.get("cached_prompt_tokens") else "")
+                 + f" + {u['completion_tokens']:,} completion tokens")
     if "cost" in u:
         parts.append(f"cost {u['cost']:.4f}")
     console.print("[dim]" + " · ".join(parts) + "[/]", highlight=False)

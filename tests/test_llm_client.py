@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from email.utils import format_datetime
 from datetime import datetime, timedelta, timezone
 
+import httpx
 import pytest
+import scripted
 from pydantic import BaseModel, Field
 
 from mock_llm import start_mock_server
@@ -332,3 +335,20 @@ def test_strict_schema_keeps_properties_named_title_or_default():
     assert schema["required"] == ["title", "findings"] and "title" not in schema
     inner = schema["properties"]["findings"]["items"]
     assert inner["required"] == ["title", "default"] and inner["additionalProperties"] is False
+
+
+def test_server_prompt_cache_hits_are_recorded_apart():
+    # llama.cpp and OpenAI report the prompt tokens they took from their prompt cache; they
+    # stay in prompt_tokens (they were sent) and are shown apart, as they were not read again.
+    def respond(body):
+        r = scripted.completion("fine", prompt_tokens=100, completion_tokens=3)
+        data = json.loads(r.content)
+        data["usage"]["prompt_tokens_details"] = {"cached_tokens": 80 if len(body["messages"]) > 1 else 0}
+        return httpx.Response(200, json=data)
+
+    client = scripted.ScriptedLLM(respond).client()
+    asyncio.run(client.complete([{"role": "user", "content": "a"}], step="s", item="1", max_tokens=5))
+    asyncio.run(client.complete([{"role": "system", "content": "x"}, {"role": "user", "content": "b"}],
+                                step="s", item="2", max_tokens=5))
+    s = client.usage.step("s")
+    assert (s.prompt_tokens, s.cached_prompt_tokens, s.completion_tokens) == (200, 80, 6)

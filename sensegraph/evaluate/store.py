@@ -111,7 +111,8 @@ def usage_totals(usage) -> dict[str, Any]:
     """A Usage object's totals as plain numbers (what a run row keeps)."""
     t = usage.total()
     return {"calls": t.calls, "cache_hits": t.cache_hits, "prompt_tokens": t.prompt_tokens,
-            "completion_tokens": t.completion_tokens, "retries": t.retries}
+            "completion_tokens": t.completion_tokens, "cached_prompt_tokens": t.cached_prompt_tokens,
+            "retries": t.retries}
 
 
 Bar = Callable[[str, int], Callable[..., None]]

@@ -304,7 +304,7 @@ def _add_usage(stats: dict[str, Any], usage: Usage, failures: dict[str, list[str
         if step in LLM_STEPS:
             entry.update(calls=step_usage.calls, cache_hits=step_usage.cache_hits,
                          prompt_tokens=step_usage.prompt_tokens, completion_tokens=step_usage.completion_tokens,
-                         retries=step_usage.retries)
+                         cached_prompt_tokens=step_usage.cached_prompt_tokens, retries=step_usage.retries)
         entry["failures"] = failures.get(step, [])
 
 

@@ -243,7 +243,7 @@ class ChatClient:
         self._check_budget(step, item)
         client = await self._openai()
         parts: list[str] = []
-        prompt_tokens = completion_tokens = 0
+        prompt_tokens = completion_tokens = cached = 0
         async with self._semaphore:
             self._check_budget(step, item)
             use.requests += 1
@@ -255,6 +255,8 @@ class ChatClient:
                 async for chunk in stream:
                     if chunk.usage:
                         prompt_tokens, completion_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+                        details = getattr(chunk.usage, "prompt_tokens_details", None)
+                        cached = (getattr(details, "cached_tokens", 0) or 0) if details else 0
                     if chunk.choices and chunk.choices[0].delta.content:
                         parts.append(chunk.choices[0].delta.content)
                         yield chunk.choices[0].delta.content
@@ -264,7 +266,7 @@ class ChatClient:
         content = "".join(parts)
         use.calls += 1
         self.usage.add_chat(step, prompt_tokens or sum(count_tokens(m["content"]) for m in messages),
-                            completion_tokens or count_tokens(content))
+                            completion_tokens or count_tokens(content), cached)
         if self.cache is not None:
             self.cache.put_json(key, {"content": content})
 
@@ -314,7 +316,7 @@ class ChatClient:
                                                      vary, step, item)
                 # Tokens of a rejected answer are billed too; `calls` counts only answers we keep.
                 self.usage.add_chat(step, usage[0] or sum(count_tokens(m["content"]) for m in messages),
-                                    usage[1] or count_tokens(content))
+                                    usage[1] or count_tokens(content), usage[2])
                 if schema is not None:
                     content = _validated(content, schema)
                 use.calls += 1
@@ -340,7 +342,7 @@ class ChatClient:
     async def _request(
         self, messages: Messages, max_tokens: int, temperature: float,
         schema: type[BaseModel] | None, json_schema: dict | None, vary: int, step: str, item: str = "",
-    ) -> tuple[str, tuple[int, int]]:
+    ) -> tuple[str, tuple[int, int, int]]:
         client = await self._openai()
         kwargs: dict[str, Any] = dict(model=self.model, messages=messages, max_tokens=max_tokens,
                                       temperature=temperature)
@@ -392,7 +394,9 @@ class ChatClient:
             raise _Retryable(f"answer cut off at max_tokens={max_tokens} before the JSON was complete",
                              answer=content, repeats=True)
         u = reply.usage
-        return content, ((u.prompt_tokens or 0, u.completion_tokens or 0) if u else (0, 0))
+        details = getattr(u, "prompt_tokens_details", None) if u else None
+        cached = (getattr(details, "cached_tokens", 0) or 0) if details else 0
+        return content, ((u.prompt_tokens or 0, u.completion_tokens or 0, cached) if u else (0, 0, 0))
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -13,6 +13,9 @@ class StepUsage:
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Prompt tokens the server reports it took from its prompt cache (llama.cpp slots, OpenAI
+    # prompt caching): still counted in prompt_tokens, but not read again, and billed less.
+    cached_prompt_tokens: int = 0
     failures: list[str] = field(default_factory=list)  # items that failed after every retry
     # Items whose call was not sent because the spending budget was used up: not a model
     # failure, and a rerun (with a larger budget) does them.
@@ -25,6 +28,7 @@ class StepUsage:
         self.retries += other.retries
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
+        self.cached_prompt_tokens += other.cached_prompt_tokens
         self.failures.extend(other.failures)
         self.budget_skipped.extend(other.budget_skipped)
 
@@ -52,9 +56,10 @@ class Usage:
             self.steps[name] = StepUsage()
         return self.steps[name]
 
-    def add_chat(self, step: str, prompt_tokens: int, completion_tokens: int) -> None:
+    def add_chat(self, step: str, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0) -> None:
         """Tokens of one chat request (the chat client's only way of recording tokens)."""
         s = self.step(step)
+        s.cached_prompt_tokens += cached_prompt_tokens
         s.prompt_tokens += prompt_tokens
         s.completion_tokens += completion_tokens
         self.chat_prompt_tokens += prompt_tokens

@@ -161,9 +161,10 @@ def usage_of(llm: ChatClient, embedder: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "calls": total.calls, "cache_hits": total.cache_hits, "requests": total.requests,
         "retries": total.retries, "prompt_tokens": total.prompt_tokens,
-        "completion_tokens": total.completion_tokens,
+        "completion_tokens": total.completion_tokens, "cached_prompt_tokens": total.cached_prompt_tokens,
         "steps": {name: {"calls": s.calls, "cache_hits": s.cache_hits, "prompt_tokens": s.prompt_tokens,
-                         "completion_tokens": s.completion_tokens} for name, s in sorted(llm.usage.steps.items())},
+                         "completion_tokens": s.completion_tokens, "cached_prompt_tokens": s.cached_prompt_tokens}
+                  for name, s in sorted(llm.usage.steps.items())},
     }
     # map/reduce counts as the paper reports them: answers used, whether fresh or from the cache
     for step in ("map", "reduce"):
