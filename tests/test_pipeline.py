@@ -430,3 +430,21 @@ def test_chinese_document_uses_chinese_prompts(tmp_path, server):
     assert any(any("\u4e00" <= ch <= "\u9fff" for ch in t) for t in entities["title"])
     reports = read_table(tmp_path / "output", "community_reports")
     assert len(reports) == len(read_table(tmp_path / "output", "communities"))
+
+
+def test_text_units_are_embedded_while_extraction_runs(tmp_path):
+    # The text-unit vectors do not wait for the embed step: they are made (into the cache)
+    # while the LLM extracts, and the embed step then finds them there.
+    with start_mock_server(latency=0.05) as server:
+        write_docs(tmp_path, DOCS)
+        result = index(settings_for(tmp_path, server, concurrency=2))
+        bodies = list(server.requests)
+    assert result.failures == {}
+    unit_texts = set(read_table(tmp_path / "output", "text_units")["text"])
+    kinds = ["embed-unit" if "input" in b and set(b["input"]) & unit_texts else
+             "extract" if schema_name(b) == "ExtractedGraph" else "other" for b in bodies]
+    first_embed, last_extract = kinds.index("embed-unit"), len(kinds) - 1 - kinds[::-1].index("extract")
+    assert first_embed < last_extract
+    # every text unit was embedded exactly once in the whole run
+    embedded = [t for b in bodies if "input" in b for t in b["input"] if t in unit_texts]
+    assert sorted(embedded) == sorted(unit_texts)
