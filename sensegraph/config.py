@@ -202,6 +202,23 @@ class Settings(_Section):
             return max(1000, self.local.context_per_slot - 700 - self.query.answer_max_tokens)
         return 8000
 
+    def report_input_tokens(self) -> int:
+        """The context budget of one community report. The embedded server's slot must hold
+        the prompt (~450 tokens of instructions, plus the chat template), the context and the
+        report itself; a prompt beyond the slot is refused outright, so the budget shrinks to
+        fit rather than have big communities fail."""
+        if self.chat.provider == "local":
+            room = self.local.context_per_slot - 600 - self.reports.max_tokens
+            return max(500, min(self.reports.max_input_tokens, room))
+        return self.reports.max_input_tokens
+
+    def summary_input_tokens(self) -> int:
+        """The descriptions budget of one summary call, shrunk to fit an embedded server's slot."""
+        if self.chat.provider == "local":
+            room = self.local.context_per_slot - 250 - self.summarize.max_tokens
+            return max(200, min(self.summarize.max_input_tokens, room))
+        return self.summarize.max_input_tokens
+
     def path(self, relative: str) -> Path:
         """Resolve a folder named in the settings against the project root."""
         p = Path(os.path.expanduser(relative))

@@ -194,3 +194,17 @@ def test_azure_needs_base_url(tmp_path):
 def test_yaml_that_is_not_a_mapping(tmp_path):
     assert "mapping" in error(tmp_path, "- just\n- a list\n")
     assert "not valid YAML" in error(tmp_path, "chat: [unclosed\n")
+
+
+def test_report_and_summary_budgets_fit_the_embedded_slot():
+    # A prompt longer than the llama.cpp slot is refused outright (HTTP 400), so on the
+    # embedded server the budgets shrink to leave room for instructions and the answer.
+    from sensegraph.config import Settings
+
+    local = Settings(chat={"provider": "local"}, local={"context_per_slot": 4096})
+    assert local.report_input_tokens() + 600 + local.reports.max_tokens <= 4096
+    assert local.summary_input_tokens() + 250 + local.summarize.max_tokens <= 4096
+    roomy = Settings(chat={"provider": "local"}, local={"context_per_slot": 16384})
+    assert roomy.report_input_tokens() == roomy.reports.max_input_tokens
+    hosted = Settings(chat={"provider": "openai", "model": "m", "base_url": "http://x/v1"})
+    assert hosted.report_input_tokens() == hosted.reports.max_input_tokens == 6000

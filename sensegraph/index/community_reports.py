@@ -415,7 +415,7 @@ async def write_reports(
     el = _elements(entities, relationships, covariates)
     comms = _communities(communities, el)
     template = load_prompt("community_report", language, settings.root)
-    budget = settings.reports.max_input_tokens
+    budget = settings.report_input_tokens()
     today = dt.date.today().isoformat()
     reports: dict[int, Report] = {}
     rows: dict[int, dict[str, Any]] = {}

@@ -103,7 +103,7 @@ def estimate_index(settings: Settings) -> Estimate:
                                           summaries * min(r["summary_completion"], settings.summarize.max_tokens))
     n_reports = max(1, int(round(n_entities * r["reports_per_entity"])))
     report_prompt = count_tokens(load_prompt("community_report", language, settings.root)) + \
-        min(settings.reports.max_input_tokens, r["report_context_tokens"])
+        min(settings.report_input_tokens(), r["report_context_tokens"])
     est.steps["community_reports"] = StepEstimate(n_reports, n_reports * report_prompt,
                                                   n_reports * min(settings.reports.max_tokens, 900))
     est.steps["extract"].exact = True

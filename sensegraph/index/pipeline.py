@@ -193,7 +193,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         # 4. merge + summarise into entities, relationships, claims (covariates)
         fp_summary = _fingerprint(fp_extract, _ids_fingerprint(extraction.entities, "title", "description"),
                                   _ids_fingerprint(extraction.relationships, "source", "target", "description"),
-                                  settings.summarize.model_dump(), _prompt_fingerprint(settings, language, ["summarize_descriptions"]),
+                                  settings.summarize.model_dump(), settings.summary_input_tokens(),
+                                  _prompt_fingerprint(settings, language, ["summarize_descriptions"]),
                                   *resolve.fingerprint_parts(settings, language))
         with timed("summarize") as st:
             names = ["entities", "relationships", "covariates"]
@@ -245,7 +246,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
 
         # 6. community reports, bottom-up
         fp_reports = _fingerprint(fp_comm, _ids_fingerprint(comms), _ids_fingerprint(entities, "id", "description"),
-                                  settings.reports.model_dump(), _prompt_fingerprint(settings, language, ["community_report"]))
+                                  settings.reports.model_dump(), settings.report_input_tokens(),
+                                  _prompt_fingerprint(settings, language, ["community_report"]))
         with timed("community_reports") as st:
             if checkpoints.done("community_reports", fp_reports, [out / "community_reports.parquet"]):
                 reports = read_table(out, "community_reports")

@@ -172,7 +172,7 @@ async def _summarize(name: str, descriptions: list[str], llm: ChatClient, settin
     if len(descriptions) == 1:
         return descriptions[0], True
     s = settings.summarize
-    budget = s.max_input_tokens
+    budget = settings.summary_input_tokens()
     max_words = max(10, s.max_tokens * 2 // 3)
     pending = [truncate(d, budget) for d in descriptions]
     sizes = [count_tokens(d) + 2 for d in pending]  # + the "- " bullet and newline
