@@ -70,9 +70,10 @@ class LocalModelSettings(_Section):
 
     size: Literal["1.5b", "0.5b"] = "1.5b"
     threads: int = Field(0, ge=0, description="0 = all cores")
-    # 4 slots gave the most aggregate throughput on 2 cores (bench/embedded_slots.py: 1.12x one
-    # slot, 2 slots 1.03x), and each slot keeps one prompt cached for gleaning and the judge.
-    parallel: int = Field(4, ge=1, le=64, description="server slots (requests decoded together)")
+    # bench/embedded_slots.py (free generation, 2 cores) found 4 slots 1.12x one slot and 2 slots
+    # 1.03x; but a real index with JSON-schema decoding on 4 slots looked slower than on 2, so
+    # the default stays 2 until that is measured (docs/performance.md).
+    parallel: int = Field(2, ge=1, le=64, description="server slots (requests decoded together)")
     context_per_slot: int = Field(4096, ge=512)
     # Small models fall into loops (the same entities listed again and again); a repetition
     # penalty over the answer so far breaks them. 1.0 turns it off.
