@@ -251,9 +251,11 @@ def _fits(text: str, budget: int) -> str:
 
 
 def _context(c: _Community, el: _Elements, communities: dict[int, _Community],
-             reports: dict[int, Report], budget: int) -> tuple[str, bool]:
-    """The context for one community and whether sub-community reports were used."""
-    packed = _pack(el, c.titles, c.edge_ids, budget)
+             reports: dict[int, Report], budget: int, packed: _Packed | None = None) -> tuple[str, bool]:
+    """The context for one community and whether sub-community reports were used. `packed` is
+    its own elements packed to the budget, if the caller already has it."""
+    if packed is None:
+        packed = _pack(el, c.titles, c.edge_ids, budget)
     if packed.complete:
         # Does not read `reports`: write_reports relies on this to start such a community
         # without waiting for its sub-communities.
@@ -438,7 +440,8 @@ async def write_reports(
             finished[c.number].set()
 
     async def _write(c: _Community) -> None:
-        if not _pack(el, c.titles, c.edge_ids, budget).complete:
+        packed = _pack(el, c.titles, c.edge_ids, budget)
+        if not packed.complete:
             for n in c.children:
                 if n in finished:
                     await finished[n].wait()
@@ -450,7 +453,7 @@ async def write_reports(
             if advance:
                 advance(1)
             return
-        context, used_sub = _context(c, el, comms, reports, budget)
+        context, used_sub = _context(c, el, comms, reports, budget, packed)
         messages = to_messages(render(template, input_text=context))
         try:
             report = await llm.structured(messages, Report, step=STEP, item=str(c.number),
