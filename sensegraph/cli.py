@@ -464,9 +464,16 @@ def _print_query_footer(result) -> None:
     if "cost" in u:
         parts.append(f"cost {u['cost']:.4f}")
     console.print("[dim]" + " · ".join(parts) + "[/]", highlight=False)
-    if result.failures:
-        console.print(f"[yellow]{len(result.failures)} calls failed after every retry and are missing from "
-                      f"this answer: {', '.join(result.failures)}[/]", highlight=False)
+    skipped = set(u.get("budget_skipped", []))
+    unsent = [f for f in result.failures if f in skipped]
+    failed = [f for f in result.failures if f not in skipped]
+    if failed:
+        console.print(f"[yellow]{len(failed)} calls failed after every retry and are missing from "
+                      f"this answer: {', '.join(failed)}[/]", highlight=False)
+    if unsent:
+        console.print(f"[yellow]{len(unsent)} calls were not sent because the spending budget "
+                      f"(chat.budget_tokens / chat.budget_cost) is used up, and are missing from this answer: "
+                      f"{', '.join(unsent)}. Raise the budget or set it to 0 for no limit.[/]", highlight=False)
 
 
 @main.command()

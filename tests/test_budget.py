@@ -264,3 +264,40 @@ def test_embedding_spend_counts_toward_the_cost_budget_only_when_priced():
     assert not ChatClient(settings, cache=None, usage=free).budget_reached
     free.add_chat("extract", 900, 100)
     assert ChatClient(settings, cache=None, usage=free).budget_limit() == "budget_tokens"
+
+
+# -- (5) queries: a call the budget blocks is reported as such, not as a model failure -----------------
+def test_query_past_the_budget_says_the_budget_stopped_it(tmp_path, reference):
+    import shutil
+
+    root = tmp_path / "project"
+    shutil.copytree(reference["root"], root)
+    with start_mock_server() as srv:
+        env = {**_cli_env(srv), "SENSEGRAPH_CHAT__CONCURRENCY": "1", "SENSEGRAPH_CHAT__BUDGET_TOKENS": "1"}
+        res = run_cli("query", "--root", str(root), "--method", "global", "What are the main themes?", env=env)
+        sent = chat_requests(srv)
+    text = " ".join(res.output.split())
+    assert sent == 1, "only the first call may go out once the budget is used up"
+    assert "budget" in text and "failed after every retry" not in text
+
+
+def test_query_footer_tells_unsent_calls_from_failed_ones(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from sensegraph import cli
+    from sensegraph.query.answer import QueryResult
+    from sensegraph.query.context import Context
+
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=buf, width=400))
+    usage = {"calls": 2, "cache_hits": 1, "prompt_tokens": 900, "completion_tokens": 80,
+             "budget_skipped": ["map batch 3", "map batch 4"]}
+    result = QueryResult(question="q", method="global", answer="a", context=Context(), usage=usage,
+                         failures=["map batch 2", "map batch 3", "map batch 4"])
+    cli._print_query_footer(result)
+    text = " ".join(buf.getvalue().split())
+    assert "1 calls failed after every retry and are missing from this answer: map batch 2" in text
+    assert "2 calls were not sent because the spending budget" in text
+    assert "map batch 3, map batch 4" in text

@@ -255,8 +255,7 @@ class ChatClient:
                 async for chunk in stream:
                     if chunk.usage:
                         prompt_tokens, completion_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
-                        details = getattr(chunk.usage, "prompt_tokens_details", None)
-                        cached = (getattr(details, "cached_tokens", 0) or 0) if details else 0
+                        cached = _cached_tokens(chunk.usage)
                     if chunk.choices and chunk.choices[0].delta.content:
                         parts.append(chunk.choices[0].delta.content)
                         yield chunk.choices[0].delta.content
@@ -394,9 +393,7 @@ class ChatClient:
             raise _Retryable(f"answer cut off at max_tokens={max_tokens} before the JSON was complete",
                              answer=content, repeats=True)
         u = reply.usage
-        details = getattr(u, "prompt_tokens_details", None) if u else None
-        cached = (getattr(details, "cached_tokens", 0) or 0) if details else 0
-        return content, ((u.prompt_tokens or 0, u.completion_tokens or 0, cached) if u else (0, 0, 0))
+        return content, ((u.prompt_tokens or 0, u.completion_tokens or 0, _cached_tokens(u)) if u else (0, 0, 0))
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -459,6 +456,12 @@ def _cut_off(content: str) -> bool:
         elif ch in "}]":
             depth -= 1
     return in_string or depth > 0
+
+
+def _cached_tokens(usage: object) -> int:
+    """Prompt tokens the server took from its prompt cache; servers without one send no details."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    return (getattr(details, "cached_tokens", 0) or 0) if details else 0
 
 
 def _describe_error(exc: Exception, secret: str | None = None) -> str:

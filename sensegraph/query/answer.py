@@ -166,6 +166,8 @@ def usage_of(llm: ChatClient, embedder: Any = None) -> dict[str, Any]:
                          "completion_tokens": s.completion_tokens, "cached_prompt_tokens": s.cached_prompt_tokens}
                   for name, s in sorted(llm.usage.steps.items())},
     }
+    if total.budget_skipped:  # not sent because chat.budget_* was used up: say so, not "failed"
+        out["budget_skipped"] = list(total.budget_skipped)
     # map/reduce counts as the paper reports them: answers used, whether fresh or from the cache
     for step in ("map", "reduce"):
         st = llm.usage.steps.get(step)
