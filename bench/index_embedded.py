@@ -28,6 +28,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sensegraph.index.estimate import measured_ratios
+
 ROOT = Path(__file__).resolve().parents[1]
 DULCE = ROOT.parent / "shared" / "data" / "operation-dulce.txt"
 STEPS = ("extract", "claims", "summarize", "community_reports")
@@ -80,7 +82,7 @@ def main() -> None:
     args = ap.parse_args()
     if not args.corpus.exists():
         sys.exit(f"{args.corpus} not found: pass --corpus, or run from a checkout beside ../shared/data")
-    console = Console()
+    console = Console(width=max(150, Console().width))  # the table is wide; logs are not terminals
     holder = None
     if args.keep:
         folder = args.keep
@@ -128,6 +130,10 @@ def main() -> None:
                                                       "per_level", "reports", "vectors", "seconds")}
         if detail:
             console.print(f"  {name}: {detail}")
+    if rc == 0:
+        ratios = measured_ratios(folder)
+        console.print("Measured ratios (compare sensegraph/index/estimate.py RATIOS['local']): "
+                      + json.dumps({k: round(v, 3) for k, v in ratios.items()}))
     failures = stats.get("failures") or {}
     if failures:
         console.print(f"[yellow]Failed items: {failures}[/yellow]")
