@@ -12,6 +12,12 @@ Work per request: a distinct ~600-token passage of christmas-carol.txt (so no pr
 shared between requests) under an extraction-like instruction, and exactly --generate tokens
 (ignore_eos), at temperature 0. Requests are sent with as many in flight as there are slots.
 The machine should be otherwise idle: another model run on the same cores halves every figure.
+
+    python bench/embedded_slots.py --schema         # as indexing decodes: the extraction schema
+
+With --schema each request decodes as extraction does: under the extraction JSON schema, with
+sensegraph's repeat penalty, until the JSON is complete (at most --generate tokens), so the
+generated lengths differ and the aggregate generated tokens/s is the figure to compare.
 """
 from __future__ import annotations
 
@@ -49,16 +55,30 @@ def passages(n: int, tokens: int) -> list[str]:
     return out
 
 
-async def run_batch(base: str, alias: str, texts: list[str], slots: int, generate: int) -> dict[str, float]:
+def schema_options(local: LocalModelSettings) -> dict:
+    """What an extraction request adds: the JSON schema and the repeat penalty (as sensegraph.llm sends them)."""
+    from sensegraph.config import ExtractionSettings
+    from sensegraph.index.extract import graph_schema
+    from sensegraph.llm.client import strict_schema
+
+    ex = ExtractionSettings()
+    model = graph_schema(ex.entity_types, ex.max_entities, ex.max_relationships)
+    return {"response_format": {"type": "json_schema", "json_schema": {
+                "name": model.__name__, "schema": strict_schema(model), "strict": True}},
+            "repeat_penalty": local.repeat_penalty, "repeat_last_n": 1024}
+
+
+async def run_batch(base: str, alias: str, texts: list[str], slots: int, generate: int,
+                    extra: dict | None = None) -> dict[str, float]:
     gate = asyncio.Semaphore(slots)
     timings: list[dict] = []
 
     async def one(client: httpx.AsyncClient, text: str) -> None:
         async with gate:
-            r = await client.post(f"{base}/chat/completions", json={
-                "model": alias, "max_tokens": generate, "temperature": 0, "ignore_eos": True,
-                "cache_prompt": False,
-                "messages": [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": text}]})
+            body = {"model": alias, "max_tokens": generate, "temperature": 0, "cache_prompt": False,
+                    "messages": [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": text}]}
+            body.update(extra or {"ignore_eos": True})
+            r = await client.post(f"{base}/chat/completions", json=body)
             r.raise_for_status()
             timings.append(r.json().get("timings", {}))
 
@@ -81,28 +101,35 @@ def main() -> None:
     ap.add_argument("--generate", type=int, default=200, help="generated tokens per request")
     ap.add_argument("--passage-tokens", type=int, default=600)
     ap.add_argument("--context-per-slot", type=int, default=4096)
+    ap.add_argument("--schema", action="store_true",
+                    help="decode under the extraction JSON schema with the repeat penalty, as indexing does")
     args = ap.parse_args()
+    if args.schema and args.generate == 200:
+        args.generate = 1500  # room for a whole extraction answer
 
     texts = passages(args.requests, args.passage_tokens)
     console = Console(width=max(120, Console().width))
     console.print(f"{args.size}: {args.requests} requests of ~{count_tokens(texts[0])} cl100k passage tokens, "
-                  f"{args.generate} generated tokens each; {os.cpu_count()} cores; "
+                  + (f"up to {args.generate} generated tokens under the extraction schema; " if args.schema else
+                     f"{args.generate} generated tokens each; ") + f"{os.cpu_count()} cores; "
                   f"context per slot {args.context_per_slot}")
-    table = Table(title=f"embedded {args.size}: aggregate throughput by parallel slots")
+    table = Table(title=f"embedded {args.size}: aggregate throughput by parallel slots"
+                        + (" (extraction JSON schema)" if args.schema else ""))
     for col in ("slots", "wall s", "prompt tok", "agg prompt tok/s", "gen tok", "agg gen tok/s",
-                "per-request gen tok/s", "vs 1 slot"):
+                "per-request gen tok/s", "agg gen vs first"):
         table.add_column(col, justify="right")
-    first_wall = None
+    first_rate = None
     for slots in args.slots:
         local = LocalModelSettings(size=args.size, parallel=slots, context_per_slot=args.context_per_slot)
         base, alias = embedded.ensure_server(local)
-        r = asyncio.run(run_batch(base, alias, texts, slots, args.generate))
+        extra = schema_options(local) if args.schema else None
+        r = asyncio.run(run_batch(base, alias, texts, slots, args.generate, extra))
         embedded.stop_servers()
         gc.collect()
-        first_wall = first_wall or r["wall"]
+        first_rate = first_rate or r["gen"] / r["wall"]
         table.add_row(str(slots), f"{r['wall']:.1f}", str(r["prompt"]), f"{r['prompt'] / r['wall']:.1f}",
                       str(r["gen"]), f"{r['gen'] / r['wall']:.1f}", f"{r['per_request_gen_tps']:.1f}",
-                      f"{first_wall / r['wall']:.2f}x")
+                      f"{r['gen'] / r['wall'] / first_rate:.2f}x")
         console.print(f"  slots {slots}: {r['wall']:.1f} s")
     console.print(table)
     console.print("agg = tokens of all requests / wall time of the batch; a request's prompt and generation "

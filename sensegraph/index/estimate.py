@@ -27,7 +27,8 @@ from . import documents, text_units
 # no call). So the ratios are kept per model class, each measured on real indexes made from an
 # empty cache (bench/estimate_accuracy.py prints them for finished runs). The estimate uses
 # their mean; the runs' spread is printed beside it, because the same model on the same text
-# finds a different graph each run (25 to 40 summary calls on operation-dulce.txt).
+# finds a different graph each run (on operation-dulce.txt: 33 to 40 summary calls, 10 to 16
+# reports).
 MEASURED: dict[str, dict[str, dict[str, float]]] = {
     "local": {  # sensegraph + Qwen2.5-1.5B on the embedded server, 10 units of ~480-570 tokens each
         "operation-dulce.txt, 2 slots": {
@@ -38,6 +39,10 @@ MEASURED: dict[str, dict[str, dict[str, float]]] = {
             "entities_per_unit": 10.7, "relationships_per_unit": 9.9, "summaries_per_element": 0.18,
             "glean_yes_share": 0.0, "reports_per_entity": 0.112, "report_context_tokens": 699,
             "report_completion": 350, "summary_completion": 55, "completion_per_input_token": 1.896},
+        "operation-dulce.txt, 4 slots": {
+            "entities_per_unit": 13.3, "relationships_per_unit": 9.0, "summaries_per_element": 0.148,
+            "glean_yes_share": 0.0, "reports_per_entity": 0.12, "report_context_tokens": 469,
+            "report_completion": 327, "summary_completion": 59, "completion_per_input_token": 1.832},
         "christmas-carol.txt stave one, 10 documents": {
             "entities_per_unit": 13.5, "relationships_per_unit": 9.5, "summaries_per_element": 0.087,
             "glean_yes_share": 0.0, "reports_per_entity": 0.022, "report_context_tokens": 141,
