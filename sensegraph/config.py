@@ -70,9 +70,11 @@ class LocalModelSettings(_Section):
 
     size: Literal["1.5b", "0.5b"] = "1.5b"
     threads: int = Field(0, ge=0, description="0 = all cores")
-    # bench/embedded_slots.py (free generation, 2 cores) found 4 slots 1.12x one slot and 2 slots
-    # 1.03x; but a real index with JSON-schema decoding on 4 slots looked slower than on 2, so
-    # the default stays 2 until that is measured (docs/performance.md).
+    # On 2 cores slots barely change aggregate speed in short benches (bench/embedded_slots.py:
+    # 1.00/1.03/1.12x at 1/2/4 slots generating freely, 1.00/1.02/1.01x under the extraction
+    # schema), but a whole index of operation-dulce.txt took 22.6 min on 1 slot, 21.6 on 2 and
+    # 37.9 on 4 (bench/index_embedded.py; docs/performance.md). 2 lets a short call (a summary,
+    # a query) run beside a long extraction instead of waiting for it.
     parallel: int = Field(2, ge=1, le=64, description="server slots (requests decoded together)")
     context_per_slot: int = Field(4096, ge=512)
     # Small models fall into loops (the same entities listed again and again); a repetition

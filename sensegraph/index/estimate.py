@@ -27,7 +27,7 @@ from . import documents, text_units
 # no call). So the ratios are kept per model class, each measured on real indexes made from an
 # empty cache (bench/estimate_accuracy.py prints them for finished runs). The estimate uses
 # their mean; the runs' spread is printed beside it, because the same model on the same text
-# finds a different graph each run (on operation-dulce.txt: 33 to 40 summary calls, 10 to 16
+# finds a different graph each run (on operation-dulce.txt: 33 to 40 summary calls, 7 to 16
 # reports).
 MEASURED: dict[str, dict[str, dict[str, float]]] = {
     "local": {  # sensegraph + Qwen2.5-1.5B on the embedded server, 10 units of ~480-570 tokens each
@@ -43,6 +43,10 @@ MEASURED: dict[str, dict[str, dict[str, float]]] = {
             "entities_per_unit": 13.3, "relationships_per_unit": 9.0, "summaries_per_element": 0.148,
             "glean_yes_share": 0.0, "reports_per_entity": 0.12, "report_context_tokens": 469,
             "report_completion": 327, "summary_completion": 59, "completion_per_input_token": 1.832},
+        "operation-dulce.txt, 1 slot": {
+            "entities_per_unit": 14.2, "relationships_per_unit": 10.5, "summaries_per_element": 0.162,
+            "glean_yes_share": 0.0, "reports_per_entity": 0.049, "report_context_tokens": 803,
+            "report_completion": 356, "summary_completion": 52, "completion_per_input_token": 2.405},
         "christmas-carol.txt stave one, 10 documents": {
             "entities_per_unit": 13.5, "relationships_per_unit": 9.5, "summaries_per_element": 0.087,
             "glean_yes_share": 0.0, "reports_per_entity": 0.022, "report_context_tokens": 141,
