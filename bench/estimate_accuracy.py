@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -27,11 +26,9 @@ STEPS = ("extract", "summarize", "community_reports")
 
 def actual(folder: Path) -> tuple[int, int, int]:
     steps = json.loads((folder / "output" / "stats.json").read_text())["steps"]
-    got = [0, 0, 0]
+    got = [0, 0, 0]  # measured_ratios, called first, refused stats of a run that skipped a step
     for name in STEPS:
         s = steps.get(name, {})
-        if s.get("skipped"):
-            sys.exit(f"{folder}: step {name} was skipped in its last run; stats.json must come from a fresh run")
         got[0] += s.get("calls", 0) + s.get("cache_hits", 0)
         got[1] += s.get("prompt_tokens", 0)
         got[2] += s.get("completion_tokens", 0)

@@ -212,17 +212,17 @@ class Settings(_Section):
         the prompt (~450 tokens of instructions, plus the chat template), the context and the
         report itself; a prompt beyond the slot is refused outright, so the budget shrinks to
         fit rather than have big communities fail."""
-        if self.chat.provider == "local":
-            room = self.local.context_per_slot - 600 - self.reports.max_tokens
-            return max(500, min(self.reports.max_input_tokens, room))
-        return self.reports.max_input_tokens
+        return self._fit_slot(self.reports.max_input_tokens, 600 + self.reports.max_tokens, floor=500)
 
     def summary_input_tokens(self) -> int:
         """The descriptions budget of one summary call, shrunk to fit an embedded server's slot."""
+        return self._fit_slot(self.summarize.max_input_tokens, 250 + self.summarize.max_tokens, floor=200)
+
+    def _fit_slot(self, wanted: int, reserved: int, floor: int) -> int:
+        """`wanted` input tokens, or what an embedded server's slot leaves beside `reserved` (not below `floor`)."""
         if self.chat.provider == "local":
-            room = self.local.context_per_slot - 250 - self.summarize.max_tokens
-            return max(200, min(self.summarize.max_input_tokens, room))
-        return self.summarize.max_input_tokens
+            return max(floor, min(wanted, self.local.context_per_slot - reserved))
+        return wanted
 
     def path(self, relative: str) -> Path:
         """Resolve a folder named in the settings against the project root."""

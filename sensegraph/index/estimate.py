@@ -29,37 +29,29 @@ from . import documents, text_units
 # their mean; the runs' spread is printed beside it, because the same model on the same text
 # finds a different graph each run (on operation-dulce.txt: 33 to 40 summary calls, 7 to 16
 # reports).
-MEASURED: dict[str, dict[str, dict[str, float]]] = {
+RATIO_KEYS = (
+    "entities_per_unit", "relationships_per_unit",
+    "summaries_per_element",  # summarise calls / merged entities + relationships
+    "glean_yes_share",  # share of gleaning checks answered "something was missed"
+    "reports_per_entity",  # LLM-written reports (single-entity communities cost no call)
+    "report_context_tokens", "report_completion", "summary_completion",
+    "completion_per_input_token",  # extraction answer tokens per text-unit token, past a 50-token frame
+)
+_RUNS = {  # one row per measured index, values in the order of RATIO_KEYS
     "local": {  # sensegraph + Qwen2.5-1.5B on the embedded server, 10 units of ~480-570 tokens each
-        "operation-dulce.txt, 2 slots": {
-            "entities_per_unit": 12.1, "relationships_per_unit": 8.9, "summaries_per_element": 0.19,
-            "glean_yes_share": 0.0, "reports_per_entity": 0.083, "report_context_tokens": 629,
-            "report_completion": 451, "summary_completion": 52, "completion_per_input_token": 1.973},
-        "operation-dulce.txt, 2 slots, code of 77a3a84": {
-            "entities_per_unit": 10.7, "relationships_per_unit": 9.9, "summaries_per_element": 0.18,
-            "glean_yes_share": 0.0, "reports_per_entity": 0.112, "report_context_tokens": 699,
-            "report_completion": 350, "summary_completion": 55, "completion_per_input_token": 1.896},
-        "operation-dulce.txt, 4 slots": {
-            "entities_per_unit": 13.3, "relationships_per_unit": 9.0, "summaries_per_element": 0.148,
-            "glean_yes_share": 0.0, "reports_per_entity": 0.12, "report_context_tokens": 469,
-            "report_completion": 327, "summary_completion": 59, "completion_per_input_token": 1.832},
-        "operation-dulce.txt, 1 slot": {
-            "entities_per_unit": 14.2, "relationships_per_unit": 10.5, "summaries_per_element": 0.162,
-            "glean_yes_share": 0.0, "reports_per_entity": 0.049, "report_context_tokens": 803,
-            "report_completion": 356, "summary_completion": 52, "completion_per_input_token": 2.405},
-        "christmas-carol.txt stave one, 10 documents": {
-            "entities_per_unit": 13.5, "relationships_per_unit": 9.5, "summaries_per_element": 0.087,
-            "glean_yes_share": 0.0, "reports_per_entity": 0.022, "report_context_tokens": 141,
-            "report_completion": 241, "summary_completion": 58, "completion_per_input_token": 1.987},
+        "operation-dulce.txt, 2 slots": (12.1, 8.9, 0.19, 0.0, 0.083, 629, 451, 52, 1.973),
+        "operation-dulce.txt, 2 slots, code of 77a3a84": (10.7, 9.9, 0.18, 0.0, 0.112, 699, 350, 55, 1.896),
+        "operation-dulce.txt, 4 slots": (13.3, 9.0, 0.148, 0.0, 0.12, 469, 327, 59, 1.832),
+        "operation-dulce.txt, 1 slot": (14.2, 10.5, 0.162, 0.0, 0.049, 803, 356, 52, 2.405),
+        "christmas-carol.txt stave one, 10 documents": (13.5, 9.5, 0.087, 0.0, 0.022, 141, 241, 58, 1.987),
     },
     "hosted": {  # Microsoft GraphRAG + GPT-4-class, 42 units of ~1,200 tokens
-        "christmas-carol.txt, Microsoft's published index": {
-            "entities_per_unit": 12.6, "relationships_per_unit": 23.3, "summaries_per_element": 0.105,
-            "glean_yes_share": 0.3, "reports_per_entity": 0.23, "report_context_tokens": 2000,
-            "report_completion": 900, "summary_completion": 120, "completion_per_input_token": 0.8},
+        "christmas-carol.txt, Microsoft's published index": (12.6, 23.3, 0.105, 0.3, 0.23, 2000, 900, 120, 0.8),
     },
 }
-RATIOS = {kind: {k: sum(r[k] for r in runs.values()) / len(runs) for k in next(iter(runs.values()))}
+MEASURED: dict[str, dict[str, dict[str, float]]] = {
+    kind: {name: dict(zip(RATIO_KEYS, row, strict=True)) for name, row in runs.items()} for kind, runs in _RUNS.items()}
+RATIOS = {kind: {k: sum(r[k] for r in runs.values()) / len(runs) for k in RATIO_KEYS}
           for kind, runs in MEASURED.items()}
 DESCRIPTIONS_PER_SUMMARY = 3  # descriptions folded into one summary call, ~40 tokens each
 
@@ -119,7 +111,7 @@ def estimate_index(settings: Settings, ratios: dict[str, float] | None = None) -
     n = len(MEASURED[kind])
     est.basis = ("given ratios" if ratios is not None else
                  f"ratios, mean of {n} indexes" if n > 1 else "ratios of a measured index")
-    if ratios is None and len(MEASURED[kind]) > 1:
+    if ratios is None and n > 1:
         totals = [Estimate(steps=_steps(n_tokens, sizes, settings, r)).total() for r in MEASURED[kind].values()]
         by_tokens = sorted(totals, key=lambda t: t.prompt_tokens + t.completion_tokens)
         est.spread = (StepEstimate(min(t.calls for t in totals), by_tokens[0].prompt_tokens, by_tokens[0].completion_tokens),
