@@ -25,12 +25,24 @@ def test_distances_are_one_minus_rouge_l():
     (0.1, 6),   # nothing is that close
     (0.2, 5),   # b1+b2 (1/7)
     (0.3, 4),   # + a1+a2 (0.25)
-    (0.5, 4),   # a3 is at exactly 0.5 from both: merging needs a distance below the threshold
-    (0.6, 3),   # + a3 joins a1+a2 (complete linkage: max(0.5, 0.5))
-    (1.0, 3),   # unrelated claims (distance 1) never merge
+    (0.4, 4),
+    (0.5, 3),   # + a3, at exactly 0.5 from both, joins a1+a2 (complete linkage: max(0.5, 0.5); <= t)
+    (0.6, 3),
+    (0.99, 3),  # unrelated claims (distance 1) merge at no threshold below 1
+    (1.0, 1),   # ... and at t = 1 every distance is <= t: one cluster
 ])
 def test_cluster_counts_at_thresholds(threshold, clusters):
     assert cluster_counts(CLAIMS, (threshold,)) == {threshold: clusters}
+
+
+def test_claims_exactly_at_the_threshold_cluster_together():
+    # The paper merges at distance <= t. 1 - ROUGE-L is 0.5 exactly for the first pair, and
+    # 1 - 0.7 = 0.30000000000000004 in floating point for the second (7 of 10 words shared).
+    half = ["alpha beta gamma delta", "alpha beta zeta eta"]
+    seven = ["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10", "w1 w2 w3 w4 w5 w6 w7 x8 x9 x10"]
+    assert distance_matrix(half)[0, 1] == 0.5 and distance_matrix(seven)[0, 1] == pytest.approx(0.3)
+    assert cluster_counts(half, (0.5, 0.49)) == {0.5: 1, 0.49: 2}
+    assert cluster_counts(seven, (0.3, 0.29)) == {0.3: 1, 0.29: 2}
 
 
 def test_complete_linkage_not_single():

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from scripted import ScriptedLLM, last_user, schema_name
-from sensegraph.evaluate.judge import (CRITERIA, first_is_a, judgements_frame, majority_labels, pairs_of,
-                                       position_bias, run_judge, score_of, win_rates)
+from sensegraph.evaluate.judge import (CRITERIA, comparison_tag, first_is_a, judgements_frame, majority_labels,
+                                       pairs_of, position_bias, run_judge, score_of, win_rates)
+from sensegraph.evaluate.report import compute
 from sensegraph.evaluate.store import EvalStore
 
 
@@ -101,13 +102,15 @@ def test_content_judge_win_rates_ties_and_cached_rerun(tmp_path):
 def test_repeats_average_before_questions(tmp_path):
     # Repeat 1: the answer of condition A wins; repeat 2: tie; repeat 3: B wins on q0 only.
     store = make_store(tmp_path, {"A": "answer of A", "B": "answer of B"}, questions=2)
+    # The judge is told an opaque tag; the test knows which comparison each tag stands for.
+    tags = {comparison_tag(f"q{i}", "A", "B", r): (f"q{i}", r + 1) for i in range(2) for r in range(3)}
 
     def responder(body):
         a1, a2, crit, ref = shown(body)
-        r = int(ref.rsplit("r", 1)[1])
+        qid, r = tags[ref]
         if r == 1:
             return {"reasoning": "", "winner": "1" if a1 == "answer of A" else "2"}
-        if r == 2 or ref.startswith("q1"):
+        if r == 2 or qid == "q1":
             return {"reasoning": "", "winner": "tie"}
         return {"reasoning": "", "winner": "1" if a1 == "answer of B" else "2"}
 
@@ -198,7 +201,7 @@ def test_criteria_share_the_answers_prefix_and_run_in_one_lane(tmp_path):
     llm, _, _ = judge(tmp_path, store, lambda b: {"reasoning": "", "winner": "tie"}, ["A", "B"], repeats=2,
                       lanes=1)
     texts = [last_user(b) for b in llm.requests]
-    groups = [re.search(r"--- Comparison (\S+ \S+) \S+ (r\d) ---", t).groups() for t in texts]
+    groups = [re.search(r"--- Comparison (\S+) ---", t).group(1) for t in texts]  # one tag per (question, pair, repeat)
     assert len(texts) == 2 * 2 * len(CRITERIA)
     # each group's requests are consecutive: the group changes exactly (groups - 1) times
     changes = sum(1 for x, y in zip(groups, groups[1:]) if x != y)
@@ -208,3 +211,64 @@ def test_criteria_share_the_answers_prefix_and_run_in_one_lane(tmp_path):
         prefix = block[0].split("--- Comparison")[0]
         assert len(prefix) > 900 and all(t.startswith(prefix) for t in block)
         assert len({re.search(r"Criterion: (\w+):", t).group(1) for t in block}) == len(CRITERIA)
+
+
+def test_the_judge_sees_no_condition_name_or_label(tmp_path):
+    store = make_store(tmp_path, {"C2": "an answer about harbours", "SS": "an answer about fish",
+                                  "bigmodel": "an answer about boats"}, questions=2)
+    llm, _, _ = judge(tmp_path, store, lambda b: {"reasoning": "", "winner": "tie"}, ["C2", "SS", "bigmodel"],
+                      repeats=2, criteria=("diversity", "directness"))
+    assert len(llm.requests) == 2 * 3 * 2 * 2
+    for body in llm.requests:
+        text = "\n".join(m["content"] for m in body["messages"])
+        for name in ("C2", "SS", "bigmodel", "-vs-"):
+            assert name not in text, (name, text[-200:])
+    # Still one request per repeat: the tag differs between repeats, not between criteria.
+    tags = {(shown(b)[3], shown(b)[2]) for b in llm.requests}
+    assert len({t for t, _ in tags}) == 2 * 3 * 2 and len(tags) == len(llm.requests)
+
+
+def responder_longer_wins(body):
+    a1, a2, _, _ = shown(body)
+    return {"reasoning": "", "winner": "1" if len(a1) > len(a2) else "2"}
+
+
+def test_a_pair_named_in_the_other_order_is_judged_once(tmp_path):
+    store = make_store(tmp_path, {"C0": "the longer answer of the two", "SS": "short"}, questions=3)
+    llm, _, _ = judge(tmp_path, store, responder_longer_wins, ["C0", "SS"], repeats=2, criteria=("diversity",))
+    assert len(llm.requests) == 3 * 2
+    again, _, out = judge(tmp_path, store, responder_longer_wins, ["SS", "C0"], repeats=2, criteria=("diversity",))
+    assert again.requests == [] and out["estimate"]["llm_calls_estimate"] == 0
+    assert len(store.rows("judgements")) == 3 * 2
+
+    for order in (["C0", "SS"], ["SS", "C0"]):
+        results = compute(store, order)
+        assert results["holm_tests"] == {"diversity": 1}
+        rate = results["win_rates"]["diversity"]["rate"]
+        assert rate["C0"]["SS"] == 1.0 and rate["SS"]["C0"] == 0.0
+
+
+def test_judgements_stored_under_either_order_by_an_older_version_count_once(tmp_path):
+    # An older version keyed judgements by the pair as named: `-c SS,C0` stored (SS, C0) rows
+    # with SS's score, and a later `-c C0,SS` judged the same comparisons again as (C0, SS).
+    store = make_store(tmp_path, {"C0": "the longer answer of the two", "SS": "short"}, questions=2)
+    for qi in range(2):
+        for r in range(2):
+            ss_first = (qi + r) % 2 == 0
+            store.append("judgements", {"question_id": f"q{qi}", "a": "SS", "b": "C0", "criterion": "diversity",
+                                        "repeat": r, "first": "SS" if ss_first else "C0", "a_first": ss_first,
+                                        "verdict": "2" if ss_first else "1", "winner": "C0", "score_a": 0.0,
+                                        "reasoning": ""})
+    llm, _, _ = judge(tmp_path, store, responder_longer_wins, ["C0", "SS"], repeats=2, criteria=("diversity",))
+    assert llm.requests == []  # stored under the other order: already done
+    store.append("judgements", {"question_id": "q0", "a": "C0", "b": "SS", "criterion": "diversity", "repeat": 0,
+                                "first": "C0", "a_first": True, "verdict": "1", "winner": "C0", "score_a": 1.0,
+                                "reasoning": ""})
+    df = judgements_frame(list(store.done("judgements").values()))
+    assert len(df) == 4 and set(zip(df["a"], df["b"])) == {("C0", "SS")}
+    assert all(df["first"] == df["a"].where(df["a_first"], df["b"]))  # a_first follows the swap
+    m = win_rates(df, "diversity", ["SS", "C0"])
+    assert m["tests"] == [("C0", "SS")]
+    assert m["rate"].loc["C0", "SS"] == 1.0 and m["rate"].loc["SS", "C0"] == 0.0
+    assert majority_labels(df) == {("q0", "C0", "SS", "diversity"): "C0", ("q1", "C0", "SS", "diversity"): "C0"}
+    assert compute(store, ["SS", "C0"])["holm_tests"] == {"diversity": 1}

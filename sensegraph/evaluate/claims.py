@@ -27,6 +27,7 @@ from .store import Bar, EvalStore, no_bar, usage_totals
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8)
 DUPLICATE = 0.9  # ROUGE-L F1 at or above which two claims of one answer count as one
 MAX_CLAIMS = 80
+ROUNDING = 1e-9  # far below the smallest gap between two ROUGE-L distances of short claims
 
 _CITATION = re.compile(r"\[(?:Data|数据)[:：][^\]]*\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9*•-])|(?<=[。！？；])|\n+")
@@ -105,16 +106,18 @@ def deduplicate(claims: list[str], threshold: float = DUPLICATE) -> list[str]:
 
 def cluster_counts(claims: list[str], thresholds: tuple[float, ...] = THRESHOLDS) -> dict[float, int]:
     """Number of clusters at each distance threshold: agglomerative, complete linkage on
-    1 - ROUGE-L; two groups merge only while their complete-linkage distance is below the
-    threshold (scikit-learn's `distance_threshold` convention, which the paper's code uses)."""
+    1 - ROUGE-L; two groups merge while their complete-linkage distance is at most the
+    threshold, as the paper defines it (distance <= t)."""
     if len(claims) < 2:
         return {t: len(claims) for t in thresholds}
     from scipy.cluster.hierarchy import fcluster, linkage
     from scipy.spatial.distance import squareform
 
     z = linkage(squareform(distance_matrix(claims), checks=False), method="complete")
-    # fcluster merges at distance <= t; step just below t for "strictly below".
-    return {t: int(len(set(fcluster(z, np.nextafter(t, 0), criterion="distance")))) for t in thresholds}
+    # fcluster merges at distance <= t. A distance is 1 - a ratio of small token counts in
+    # floating point (1 - 0.7 is 0.30000000000000004), so a pair exactly at t mathematically may
+    # land a hair above it: allow for that rounding.
+    return {t: int(len(set(fcluster(z, t + ROUNDING, criterion="distance")))) for t in thresholds}
 
 
 def extraction_messages(question: str, answer: str, root: str | None = None) -> tuple[list[dict[str, str]], list[str]]:

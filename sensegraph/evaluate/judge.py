@@ -4,6 +4,8 @@ For each question, each pair of conditions and each criterion, the judge reads t
 and names the better one or a tie, with its reasoning. Every comparison is repeated R times
 with the answer order alternated (by question and by repeat, so R=1 is counterbalanced across
 questions too); a repeat is a distinct request, so it is sampled anew and cached on its own.
+A pair is unordered: it is judged and stored once, in canonical order, however the conditions
+were named; the judge sees neither their names nor which answer came from which.
 
 Scoring follows the paper: win = 1, tie = 0.5, loss = 0; a condition's score on a question is
 the mean over repeats; the win rate of row over column is the mean over questions.
@@ -14,7 +16,9 @@ position bias: an unbiased judge says tie or picks each position equally often.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
+import json
 import time
 from collections import Counter
 from typing import Any, Literal
@@ -26,7 +30,7 @@ from pydantic import BaseModel
 from ..language import detect_language
 from ..llm.client import ChatClient, LLMError
 from ..prompts import load_prompt, render, to_messages
-from .store import Bar, EvalStore, no_bar, usage_totals
+from .store import Bar, EvalStore, canonical_judgement, canonical_pair, no_bar, usage_totals
 
 CRITERIA = ("comprehensiveness", "diversity", "empowerment", "directness")
 # The paper's definitions (section 3.3); directness is the control: it should favour short,
@@ -59,6 +63,13 @@ def pairs_of(conditions: list[str], aa: bool = False) -> list[tuple[str, str]]:
     if aa:
         return [(c, c) for c in conditions]
     return list(itertools.combinations(conditions, 2))
+
+
+def comparison_tag(question_id: str, a: str, b: str, repeat: int) -> str:
+    """What the judge is told about a comparison: opaque, so neither a condition's name nor a
+    user's label can sway it, yet distinct per repeat so each repeat is its own request."""
+    key = json.dumps([question_id, *canonical_pair(a, b), repeat], ensure_ascii=False)
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
 
 
 def first_is_a(question_index: int, repeat: int) -> bool:
@@ -103,7 +114,7 @@ async def run_judge(llm: ChatClient, store: EvalStore, conditions: list[str], *,
     started = time.monotonic()
     questions = store.questions(limit)
     answers = store.done("answers")
-    pairs = pairs_of(conditions, aa)
+    pairs = list(dict.fromkeys(canonical_pair(a, b) for a, b in pairs_of(list(dict.fromkeys(conditions)), aa)))
     done = store.done("judgements")
     todo, missing = [], set()
     for qi, q in enumerate(questions):
@@ -130,14 +141,12 @@ async def run_judge(llm: ChatClient, store: EvalStore, conditions: list[str], *,
     async def one(qi: int, q: dict, a: str, b: str, crit: str, r: int) -> None:
         a_first = first_is_a(qi, r)
         first, second = (a, b) if a_first else (b, a)
-        pair = f"{a}-vs-{a}" if a == b else f"{a}-vs-{b}"
-        item = f"{q['id']} {pair} {crit} r{r + 1}"
+        item = f"{q['id']} {a}-vs-{b} {crit} r{r + 1}"  # for our logs and failure lists only
         row = {"question_id": q["id"], "a": a, "b": b, "criterion": crit, "repeat": r, "first": first,
                "a_first": a_first}
-        # The reference names the comparison, so each repeat is its own request (sampled anew,
-        # cached separately); it says nothing about which answer is which.
         messages = judge_messages(q["question"], answers[(q["id"], first)]["answer"],
-                                  answers[(q["id"], second)]["answer"], crit, reference=item, root=root)
+                                  answers[(q["id"], second)]["answer"], crit,
+                                  reference=comparison_tag(q["id"], a, b, r), root=root)
         try:
             v = await llm.structured(messages, Verdict, step="eval_judge", item=item, max_tokens=max_tokens,
                                      temperature=temperature)
@@ -168,14 +177,18 @@ async def run_judge(llm: ChatClient, store: EvalStore, conditions: list[str], *,
 
 # -- aggregation ---------------------------------------------------------------------------------
 def judgements_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Successful judgements, one row each, every pair in canonical order (so a pair named in
+    either order is one pair)."""
     cols = ["question_id", "a", "b", "criterion", "repeat", "first", "a_first", "verdict", "winner", "score_a"]
-    df = pd.DataFrame(rows, columns=cols)
+    df = pd.DataFrame([canonical_judgement(r) for r in rows], columns=cols)
     return df.dropna(subset=["score_a"]) if len(df) else df
 
 
-def win_rates(df: pd.DataFrame, criterion: str, conditions: list[str]) -> dict[str, pd.DataFrame]:
+def win_rates(df: pd.DataFrame, criterion: str, conditions: list[str]) -> dict[str, Any]:
     """Win-rate matrix (row over column, 0-1), Holm-corrected p-values and question counts for
-    one criterion. Diagonal: NaN (A/A results are reported apart, as position bias)."""
+    one criterion, and `tests`: the pairs the Holm correction ran over. Diagonal: NaN (A/A
+    results are reported apart, as position bias). Each unordered pair is one test: the frame
+    holds every pair in canonical order (judgements_frame)."""
     from scipy.stats import wilcoxon
     from statsmodels.stats.multitest import multipletests
 
@@ -199,7 +212,7 @@ def win_rates(df: pd.DataFrame, criterion: str, conditions: list[str]) -> dict[s
         for (a, b, p), h in zip(tests, holm):
             raw_p.loc[a, b] = raw_p.loc[b, a] = p
             adjusted.loc[a, b] = adjusted.loc[b, a] = h
-    return {"rate": rate, "p": adjusted, "p_raw": raw_p, "n": count}
+    return {"rate": rate, "p": adjusted, "p_raw": raw_p, "n": count, "tests": [(a, b) for a, b, _ in tests]}
 
 
 def position_bias(df: pd.DataFrame) -> pd.DataFrame:

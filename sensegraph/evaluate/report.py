@@ -54,9 +54,11 @@ def compute(store: EvalStore, conditions: list[str] | None = None) -> dict[str, 
     out["repeats"] = int(jdf["repeat"].max() + 1) if len(jdf) else 0
     out["judgements"] = len(jdf)
     out["win_rates"] = {}
+    out["holm_tests"] = {}  # per criterion: the number of pairs the Holm correction ran over
     for crit in criteria:
         m = win_rates(jdf, crit, conditions)
-        out["win_rates"][crit] = {k: _matrix(v) for k, v in m.items()}
+        out["win_rates"][crit] = {k: _matrix(m[k]) for k in ("rate", "p", "p_raw", "n")}
+        out["holm_tests"][crit] = len(m["tests"])
     out["position_bias"] = position_bias(jdf).to_dict("records")
 
     if claim_rows:
@@ -99,6 +101,15 @@ def _failure(kind: str, r: dict) -> str:
     else:
         what = f"{r['question_id']} {r['condition']}"
     return f"{what}: {r['error']}"
+
+
+def _pairs(tests: dict[str, int]) -> str:
+    """The pairs a Holm correction ran over, e.g. "the 3 pairs" ("the pairs" when criteria differ)."""
+    counts = set(tests.values())
+    if len(counts) != 1:
+        return "the pairs"
+    n = counts.pop()
+    return f"the {n} pair{'s' * (n != 1)}"
 
 
 def _matrix(df: pd.DataFrame) -> dict[str, dict[str, float | None]]:
@@ -220,8 +231,9 @@ def markdown(results: dict[str, Any], figures: list[Path], folder: Path, name: s
     if results["criteria"]:
         out += ["## Win rates (LLM judge)", "",
                 "Cell = how often the row condition beat the column condition (%), ties counted as half, "
-                "mean over repeats then over questions. `*` = significant after Holm correction "
-                f"(Wilcoxon signed-rank on per-question scores, p < {ALPHA}).", ""]
+                "mean over repeats then over questions. `*` = significant after Holm correction over "
+                f"{_pairs(results['holm_tests'])} of each criterion (Wilcoxon signed-rank on per-question "
+                f"scores, p < {ALPHA}).", ""]
         for f in figures[:1]:
             out += [f"![win rates]({f.relative_to(folder).as_posix()})", ""]
         for crit in results["criteria"]:

@@ -4,6 +4,10 @@ Appending one line per finished item (flushed at once) is what makes every step 
 interrupted run loses at most the items in flight, and those come back free from the LLM cache.
 A row with an "error" field records a failure; it is retried by the next run, and a later row
 for the same key wins.
+
+A judgement is keyed by the unordered pair of conditions: rows are read with the pair in
+canonical order (`canonical_pair`), so `-c SS,C0` finds what `-c C0,SS` judged, and rows an
+older version stored under the other order are read as the same comparisons.
 """
 from __future__ import annotations
 
@@ -60,7 +64,7 @@ class EvalStore:
                     out.append(json.loads(line))
                 except json.JSONDecodeError:
                     continue
-        return out
+        return [canonical_judgement(r) for r in out] if kind == "judgements" else out
 
     def done(self, kind: str) -> dict[tuple, dict[str, Any]]:
         """The latest successful row per key (rows with an error are not done)."""
@@ -101,6 +105,26 @@ class EvalStore:
                "seconds": round(time.monotonic() - started, 2), **usage, **extra}
         self.append("runs", row)
         return row
+
+
+def canonical_pair(a: str, b: str) -> tuple[str, str]:
+    """The order a pair of conditions is stored and judged in, whatever order they were named in."""
+    return (a, b) if a <= b else (b, a)
+
+
+def canonical_judgement(row: dict[str, Any]) -> dict[str, Any]:
+    """A judgement row with its pair in canonical order. `a` and `b` swap, and with them what is
+    relative to `a` (its score, whether it was shown first); `first`, `winner` (names) and
+    `verdict` (a position) mean the same either way."""
+    a, b = row.get("a"), row.get("b")
+    if not isinstance(a, str) or not isinstance(b, str) or (a, b) == canonical_pair(a, b):
+        return row
+    out = {**row, "a": b, "b": a}
+    if "a_first" in row:
+        out["a_first"] = not row["a_first"]
+    if row.get("score_a") is not None:
+        out["score_a"] = 1.0 - row["score_a"]
+    return out
 
 
 def key_of(kind: str, row: dict[str, Any]) -> tuple:
