@@ -1,12 +1,14 @@
 """Step 2.2: extraction with gleaning and claims, driven by a scripted LLM."""
 import asyncio
+import json
 
 import httpx
 import pandas as pd
+import pytest
 from scripted import ScriptedLLM, last_user, schema_name
 
 from sensegraph.config import ChatSettings, Settings
-from sensegraph.index.extract import extract_graph
+from sensegraph.index.extract import describe_schema, extract_graph
 from sensegraph.index.summarize import summarize_graph
 from sensegraph.prompts import load_prompt
 
@@ -169,19 +171,135 @@ def test_prompt_has_entity_types_and_schema_enum(tmp_path):
     assert schema["properties"]["entities"]["items"]["properties"]["type"]["enum"] == ["company", "person", "product"]
 
 
-def test_type_outside_the_enum_is_retried(tmp_path):
-    answers = iter([{"entities": [ent("Widget", "gadget")], "relationships": []},
-                    {"entities": [ent("Widget", "PRODUCT")], "relationships": []}])
-
+def test_types_outside_the_enum_are_mapped_not_retried(tmp_path):
+    # A server without constrained decoding ignores the enum. Before, such a type failed
+    # validation, every retry resent the identical request and got the same answer, and the
+    # whole unit was lost.
     def respond(body):
-        return {"missed": False} if schema_name(body) == "GleanCheck" else next(answers)
+        if schema_name(body) == "GleanCheck":
+            return {"missed": False}
+        return {"entities": [ent("Acme", "ORGANISATION"), ent("Ann", "Persons"), ent("Bus 12", "VEHICLE"),
+                             ent("Bob", "Person"), ent("Oslo", "")],
+                "relationships": [rel("Ann", "Bus 12")]}
 
     llm = ScriptedLLM(respond)
     client = llm.client()
-    s = settings(tmp_path, entity_types=["company", "product"])
-    result = run(extract_graph(units("Widget."), client, settings=s, language="en"))
-    assert result.entities["type"].tolist() == ["product"]
-    assert client.usage.step("extract").retries == 1
+    result = run(extract_graph(units("Ann of Acme drove Bus 12 to Oslo with Bob."), client,
+                               settings=settings(tmp_path), language="en"))
+    assert result.failed == [] and client.usage.step("extract").retries == 0
+    assert result.entities["title"].tolist() == ["Acme", "Ann", "Bus 12", "Bob", "Oslo"]
+    assert result.entities["type"].tolist() == ["organization", "person", "other", "person", "other"]
+    assert result.relationships[["source", "target"]].values.tolist() == [["Ann", "Bus 12"]]
+    # a case variant is the configured type; a spelling variant or plural is counted as mapped
+    assert result.stats["types_mapped"] == 2 and result.stats["types_to_catch_all"] == 2
+
+
+def test_catch_all_is_the_configured_other_when_there_is_one(tmp_path):
+    def respond(body):
+        if schema_name(body) == "GleanCheck":
+            return {"missed": False}
+        return {"entities": [ent("Widget", "gadget"), ent("Acme", "companies")], "relationships": []}
+
+    llm = ScriptedLLM(respond)
+    s = settings(tmp_path, entity_types=["COMPANY", "PRODUCT", "Other"])
+    result = run(extract_graph(units("Widget."), llm.client(), settings=s, language="en"))
+    assert result.entities["type"].tolist() == ["Other", "COMPANY"]
+    assert result.stats["types_mapped"] == 1 and result.stats["types_to_catch_all"] == 1
+
+
+def test_the_schema_still_sends_the_enum_for_constrained_decoding():
+    schema = json.loads(describe_schema(["organization", "person"]))
+    entity = schema["properties"]["entities"]["items"]
+    assert entity["properties"]["type"] == {"type": "string", "enum": ["organization", "person"]}
+
+
+FLAKY = ChatSettings(provider="openai", model="s", base_url="http://scripted/v1", retry_base_seconds=0.001,
+                     max_retries=2)
+
+
+def gleaning_twice(fail: str):
+    """A unit gleaned twice: round 1 adds Carol, round 2 would add Dave; the call named `fail`
+    (the second check, or the second continuation) fails on every retry."""
+    def respond(body):
+        name, turns = schema_name(body), assistant_turns(body)
+        if "Dave" not in whole(body):  # any other unit: one entity, nothing missed
+            return {"missed": False} if name == "GleanCheck" else {"entities": [ent("Erin")], "relationships": []}
+        if name == "GleanCheck":
+            if fail == "check" and turns == 2:
+                return httpx.Response(500, json={"error": "boom"})
+            return {"missed": turns < 3}
+        if name == "ExtractedGraph":
+            if GLEAN in last_user(body):
+                if turns == 2:
+                    if fail == "round":
+                        return httpx.Response(500, json={"error": "boom"})
+                    return {"entities": [ent("Dave")], "relationships": [rel("Carol", "Dave")]}
+                return {"entities": [ent("Carol")], "relationships": [rel("Bob", "Carol")]}
+            return {"entities": [ent("Alice"), ent("Bob")], "relationships": [rel("Alice", "Bob")]}
+        raise AssertionError(name)
+    return respond
+
+
+@pytest.mark.parametrize("fail", ["check", "round"])
+def test_failed_gleaning_round_keeps_the_earlier_rounds_and_reports_the_unit(tmp_path, fail):
+    llm = ScriptedLLM(gleaning_twice(fail))
+    client = llm.client(FLAKY)
+    result = run(extract_graph(units("Alice met Bob. Bob met Carol. Carol met Dave."), client,
+                               settings=settings(tmp_path, max_gleanings=2), language="en"))
+    # Before, the first gleaning round's records were thrown away with the failed second one.
+    assert result.entities["title"].tolist() == ["Alice", "Bob", "Carol"]
+    assert result.entities["round"].tolist() == [0, 0, 1]
+    assert result.relationships[["source", "target"]].values.tolist() == [["Alice", "Bob"], ["Bob", "Carol"]]
+    assert result.failed == ["u0"] and client.usage.step("extract").failures == ["u0"]
+    assert result.stats["gleaning_failed"] == 1 and result.stats["units_partial"] == 1
+
+
+def test_failed_claim_gleaning_keeps_the_earlier_claim_rounds(tmp_path):
+    claim = {"subject": "Acme", "object": "", "type": "LAWSUIT", "status": "TRUE", "start_date": "",
+             "end_date": "", "description": "Acme was sued.", "source_text": "Acme was sued."}
+
+    def respond(body):
+        name, turns = schema_name(body), assistant_turns(body)
+        if name == "GleanCheck":
+            return {"missed": False}
+        if name == "ExtractedGraph":
+            return {"entities": [ent("Acme", "organization"), ent("Bob")], "relationships": []}
+        if name == "ClaimGleanCheck":
+            return httpx.Response(500, json={"error": "boom"}) if turns == 2 else {"missed": True}
+        if name == "ExtractedClaims":
+            if GLEAN in last_user(body):
+                return {"claims": [{**claim, "subject": "Bob", "type": "FRAUD", "description": "Bob lied."}]}
+            return {"claims": [claim]}
+        raise AssertionError(name)
+
+    result = run(extract_graph(units("Acme was sued. Bob lied."), ScriptedLLM(respond).client(FLAKY),
+                               settings=settings(tmp_path, claims=True, max_gleanings=2), language="en"))
+    assert result.claims["subject"].tolist() == ["Acme", "Bob"] and result.claims["round"].tolist() == [0, 1]
+    assert result.entities["title"].tolist() == ["Acme", "Bob"]
+    assert result.failed == ["u0"] and result.stats["gleaning_failed"] == 1
+
+
+def test_rerun_after_a_failed_gleaning_round_equals_a_clean_run(tmp_path):
+    # The partial unit is listed as failed and rerun from scratch: its finished calls come from
+    # the cache, the failed one is made again, and no record is doubled.
+    tu = units("Alice met Bob. Bob met Carol. Carol met Dave.", "Erin was alone.")
+    s = settings(tmp_path, max_gleanings=2)
+
+    async def extract(respond, cache):
+        client = ScriptedLLM(respond).client(FLAKY, cache=cache)
+        result = await extract_graph(tu, client, settings=s, language="en")
+        client.cache.close()
+        return result
+
+    first = run(extract(gleaning_twice("round"), tmp_path / "a.sqlite"))
+    assert first.failed == ["u0"]
+    again = run(extract(gleaning_twice("none"), tmp_path / "a.sqlite"))
+    clean = run(extract(gleaning_twice("none"), tmp_path / "b.sqlite"))
+    assert again.failed == [] == clean.failed and again.stats["gleaning_failed"] == 0
+    assert "Dave" in clean.entities["title"].tolist()
+    for a, b in ((again.entities, clean.entities), (again.relationships, clean.relationships),
+                 (again.claims, clean.claims)):
+        pd.testing.assert_frame_equal(a, b)
 
 
 def test_chinese_prompt_for_zh(tmp_path):

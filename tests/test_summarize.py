@@ -7,8 +7,9 @@ import pandas as pd
 from scripted import ScriptedLLM, last_user, schema_name
 
 from sensegraph.config import ChatSettings, Settings
-from sensegraph.index.extract import CLAIM_COLUMNS, ENTITY_COLUMNS, RELATIONSHIP_COLUMNS, ExtractionResult
+from sensegraph.index.extract import CLAIM_COLUMNS, ENTITY_COLUMNS, RELATIONSHIP_COLUMNS, ExtractionResult, extract_graph
 from sensegraph.index.summarize import entity_id, merge_instances, relationship_id, summarize_graph
+from sensegraph.prompts import load_prompt
 from sensegraph.tokens import count_tokens
 
 
@@ -99,6 +100,50 @@ def test_undirected_merge_sums_weights_in_both_directions(tmp_path):
     assert r["combined_degree"] == 2
     assert entities["degree"].tolist() == [1, 1]
     assert len(llm.requests) == 1  # two unique relationship descriptions; entities have one each
+
+
+def test_a_relationship_counts_once_per_text_unit_with_its_strongest_strength(tmp_path):
+    rows = [("Alice", "Bob", "Alice hired Bob.", 3, "t1", 0),
+            ("Bob", "alice", "Bob works for Alice.", 7, "t1", 1),  # restated by a gleaning round
+            ("Alice", "Bob", "Alice hired Bob.", 3, "t1", 2),
+            ("Alice", "Bob", "Alice pays Bob.", 2, "t2", 0)]
+    ex = extraction(entities=[("Alice", "person", "Alice.", "t1"), ("Bob", "person", "Bob.", "t1")])
+    ex.relationships = pd.DataFrame(rows, columns=RELATIONSHIP_COLUMNS)
+    rel = merge_instances(ex).relationships[("alice", "bob")]
+    assert rel.weight == 7 + 2 and rel.text_unit_ids == ["t1", "t2"]
+    assert len(rel.descriptions) == 3  # every description is still summarised
+
+
+def test_relationship_repeated_by_gleaning_does_not_raise_its_weight(tmp_path):
+    # Before, the weight summed every record, so a unit whose gleaning round restated a
+    # relationship gave it twice the weight of a unit that stated it once.
+    glean = load_prompt("glean_continue", "en").strip()[:40]
+
+    def extractor(repeat: bool):
+        def respond(body):
+            name = schema_name(body)
+            if name == "GleanCheck":
+                return {"missed": sum(m["role"] == "assistant" for m in body["messages"]) == 1}
+            if name == "ExtractedGraph":
+                if glean in last_user(body):
+                    again = [{"source": "Bob", "target": "Alice", "description": "Bob reports to Alice.",
+                              "strength": 6}] if repeat else []
+                    return {"entities": [], "relationships": again}
+                return {"entities": [{"name": n, "type": "person", "description": f"{n}."} for n in ("Alice", "Bob")],
+                        "relationships": [{"source": "Alice", "target": "Bob", "description": "Alice hired Bob.",
+                                           "strength": 6}]}
+            return summarizer(body)
+        return respond
+
+    s = Settings(root=str(tmp_path))
+    weights = []
+    for repeat in (False, True):
+        client = ScriptedLLM(extractor(repeat)).client()
+        ex = asyncio.run(extract_graph(TEXT_UNITS.iloc[:1], client, settings=s, language="en"))
+        assert len(ex.relationships) == 1 + repeat
+        _, relationships, _, _ = asyncio.run(summarize_graph(ex, TEXT_UNITS, client, settings=s, language="en"))
+        weights.append(relationships["weight"].tolist())
+    assert weights == [[6.0], [6.0]]
 
 
 def test_relationship_endpoint_that_was_never_an_entity_becomes_one(tmp_path):

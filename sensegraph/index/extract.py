@@ -7,13 +7,22 @@ own row (Microsoft concatenates gleaned text without a separator and loses recor
 claims are kept too (Microsoft pays for them and throws them away).
 
 Entity types are an enum built from the settings at run time, so a server with constrained
-decoding cannot answer with a type the user did not configure. The prompt asks the model to write
-in the language of the text; nothing here forces English.
+decoding cannot answer with a type the user did not configure. A server without it (JSON mode,
+many Ollama/vLLM setups) may answer "ORGANISATION" or "VEHICLE": such a record is kept, its type
+mapped to the nearest configured type or else to the catch-all (`catch_all_type`), and both are
+counted in the stats. Retrying would not help: a retry resends the identical request. The prompt
+asks the model to write in the language of the text; nothing here forces English.
+
+A call that fails after its retries never discards what the unit already gave: a failed gleaning
+round (or its yes/no check) keeps the first pass and the earlier rounds, and the unit is listed
+in `failed` so the pipeline reports it and a rerun extracts it again from scratch (its finished
+calls come from the cache, so the rerun replaces the partial records and equals a clean run).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +42,9 @@ CLAIM_COLUMNS = ["subject", "object", "type", "status", "start_date", "end_date"
 
 # A yes/no answer is a handful of tokens; a small cap stops a small model from rambling.
 CHECK_MAX_TOKENS = 20
+# difflib ratio from which an unknown type counts as a misspelling of a configured one:
+# "organisation"/"organization" is 0.92, "personal"/"person" 0.86, "location"/"organization" 0.6.
+TYPE_SIMILARITY = 0.8
 CLAIM_STATUSES = ("TRUE", "FALSE", "SUSPECTED")
 
 
@@ -45,7 +57,7 @@ class ExtractionResult:
     failed: list[str]            # text unit ids whose extraction failed (or is incomplete) after all retries
     self_loops: int = 0          # relationships dropped because source == target after normalisation
     empty_names: int = 0         # records dropped because a name (or endpoint) was empty
-    stats: dict[str, int] = field(default_factory=dict)  # records per round kind, for the pipeline report
+    stats: dict[str, int] = field(default_factory=dict)  # counts for the pipeline report (see extract_graph)
 
 
 # -- schemas --------------------------------------------------------------------------------------
@@ -90,14 +102,70 @@ def clean_name(name: str) -> str:
     return " ".join(str(name).split())
 
 
+def _configured(entity_types: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t.strip() for t in entity_types if t.strip()))
+
+
+def _type_key(t: str) -> str:
+    return " ".join(t.replace("_", " ").replace("-", " ").split()).casefold()
+
+
+def _singulars(key: str) -> list[str]:
+    """English singular forms a plural key may have ("companies", "addresses", "places")."""
+    return [key[:-len(plural)] + single for plural, single in (("ies", "y"), ("es", ""), ("s", ""))
+            if key.endswith(plural) and len(key) > len(plural) + 2]
+
+
+def catch_all_type(entity_types: list[str]) -> str:
+    """The type of a record whose type is like none of the configured ones.
+
+    The configured "other" (any case) if the user listed one; else "other", upper-cased when
+    every configured type is. Not summarize's "unknown": that one means "never extracted as an
+    entity, only named by a relationship", while this entity was extracted and described, only
+    with a type the user did not configure. Downstream code treats `type` as a display label (the
+    majority type of an entity's instances, the report and search context), so any string works."""
+    types = _configured(entity_types)
+    for t in types:
+        if _type_key(t) == "other":
+            return t
+    return "OTHER" if types and all(t.isupper() for t in types) else "other"
+
+
+def type_mapper(entity_types: list[str]) -> Callable[[str], tuple[str, str]]:
+    """`map(type) -> (configured type, how)`, how being "" (a configured type, in any case or
+    spacing), "mapped" (a plural, a spelling variant or a near miss of one) or "catch_all"."""
+    types = _configured(entity_types)
+    by_key = {_type_key(t): t for t in types}
+    fallback = catch_all_type(entity_types)
+
+    def map_type(raw: str) -> tuple[str, str]:
+        key = _type_key(str(raw))
+        if key in by_key:
+            return by_key[key], ""
+        if not key:
+            return fallback, "catch_all"
+        for single in _singulars(key):
+            if single in by_key:
+                return by_key[single], "mapped"
+        close = difflib.get_close_matches(key, list(by_key), n=1, cutoff=TYPE_SIMILARITY)
+        if close:
+            return by_key[close[0]], "mapped"
+        return fallback, "catch_all"
+
+    return map_type
+
+
 def graph_schema(entity_types: list[str], max_entities: int = 25, max_relationships: int = 30) -> type[BaseModel]:
     """The extraction schema with `type` restricted to the configured entity types.
 
     The types become a JSON-schema enum, which constrained decoding (OpenAI strict mode,
     llama.cpp grammars) enforces. For servers without it (JSON mode + repair), a validator maps
-    case and surrounding space variants ("PERSON ", "Person") onto the configured spelling; any
-    other type fails validation and the client retries the call."""
-    types = tuple(dict.fromkeys(t.strip() for t in entity_types if t.strip()))
+    case and surrounding space variants ("PERSON ", "Person") onto the configured spelling, so
+    the answer carried into the gleaning conversation reads as before. Any other type is
+    accepted here and mapped when the records are read (`type_mapper`, counted there): a
+    validation error would only make the client resend the identical request, and losing the
+    whole unit for one record's type is worse than a mapped type."""
+    types = _configured(entity_types)
     by_key = {t.casefold(): t for t in types}
 
     def _type_variant(cls, v: Any) -> Any:
@@ -108,7 +176,8 @@ def graph_schema(entity_types: list[str], max_entities: int = 25, max_relationsh
     entity = create_model(
         "Entity",
         name=(str, ...),
-        type=(Literal[types], ...),  # type: ignore[valid-type]
+        # A plain string with the enum in its JSON schema (the same schema a Literal gives).
+        type=(str, Field(json_schema_extra={"enum": list(types)})),
         description=(str, ...),
         __validators__={"_type_variant": field_validator("type", mode="before")(_type_variant)},
     )
@@ -139,36 +208,48 @@ class _UnitResult:
     claims: list[dict[str, Any]] = field(default_factory=list)
     failed: bool = False
     gleaned: int = 0  # gleaning rounds that returned records
+    gleaning_failed: bool = False  # a gleaning round or check failed; the earlier rounds are kept
 
 
 async def _glean(
     llm: ChatClient, messages: list[dict[str, str]], first: BaseModel, schema: type[BaseModel],
     check_schema: type[BaseModel], *, rounds: int, check_prompt: str, continue_prompt: str,
     step: str, item: str, max_tokens: int,
-) -> list[BaseModel]:
-    """The first answer plus every gleaned answer, in order. The conversation carries every
-    previous answer so the model knows what it already gave."""
+) -> tuple[list[BaseModel], bool]:
+    """(the first answer plus every gleaned answer in order, complete). The conversation carries
+    every previous answer so the model knows what it already gave. A check or round that fails
+    after its retries ends the gleaning with complete=False; the answers received so far are
+    returned, never dropped (the client has recorded the failure under `step`)."""
     answers = [first]
     history = messages + [{"role": "assistant", "content": first.model_dump_json()}]
-    for _ in range(rounds):
-        check = await llm.structured(history + [{"role": "user", "content": check_prompt}], check_schema,
-                                     step=step, item=item, max_tokens=CHECK_MAX_TOKENS)
-        if not check.missed:
-            break
-        history = history + [{"role": "user", "content": continue_prompt}]
-        more = await llm.structured(history, schema, step=step, item=item, max_tokens=max_tokens)
-        answers.append(more)
-        history = history + [{"role": "assistant", "content": more.model_dump_json()}]
-    return answers
+    try:
+        for _ in range(rounds):
+            check = await llm.structured(history + [{"role": "user", "content": check_prompt}], check_schema,
+                                         step=step, item=item, max_tokens=CHECK_MAX_TOKENS)
+            if not check.missed:
+                break
+            history = history + [{"role": "user", "content": continue_prompt}]
+            more = await llm.structured(history, schema, step=step, item=item, max_tokens=max_tokens)
+            answers.append(more)
+            history = history + [{"role": "assistant", "content": more.model_dump_json()}]
+    except LLMError:
+        return answers, False
+    return answers, True
 
 
-def _entity_rows(answer: BaseModel, unit_id: str, rnd: int, out: _UnitResult, counts: dict[str, int]) -> None:
+def _entity_rows(answer: BaseModel, unit_id: str, rnd: int, out: _UnitResult, counts: dict[str, int],
+                 map_type: Callable[[str], tuple[str, str]]) -> None:
     for e in answer.entities:  # type: ignore[attr-defined]
         name = clean_name(e.name)
         if not name:
             counts["empty_names"] += 1
             continue
-        out.entities.append({"title": name, "type": e.type, "description": e.description.strip(),
+        typ, how = map_type(e.type)
+        if how == "mapped":
+            counts["types_mapped"] += 1
+        elif how == "catch_all":
+            counts["types_to_catch_all"] += 1
+        out.entities.append({"title": name, "type": typ, "description": e.description.strip(),
                              "text_unit_id": unit_id, "round": rnd})
     for r in answer.relationships:  # type: ignore[attr-defined]
         source, target = clean_name(r.source), clean_name(r.target)
@@ -198,7 +279,8 @@ def _claim_rows(answer: ExtractedClaims, unit_id: str, rnd: int, out: _UnitResul
 
 
 async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Settings,
-                        schema: type[BaseModel], prompts: dict[str, str], counts: dict[str, int]) -> _UnitResult:
+                        schema: type[BaseModel], prompts: dict[str, str], counts: dict[str, int],
+                        map_type: Callable[[str], tuple[str, str]]) -> _UnitResult:
     ex = settings.extraction
     out = _UnitResult()
     types = ", ".join(ex.entity_types)
@@ -209,16 +291,15 @@ async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Sett
     except LLMError:
         out.failed = True
         return out
-    answers = [first]
-    try:
-        answers = await _glean(llm, messages, first, schema, GleanCheck, rounds=ex.max_gleanings,
-                               check_prompt=prompts["glean_check"], continue_prompt=prompts["glean_continue"],
-                               step="extract", item=unit_id, max_tokens=ex.max_tokens)
-    except LLMError:
+    answers, complete = await _glean(llm, messages, first, schema, GleanCheck, rounds=ex.max_gleanings,
+                                     check_prompt=prompts["glean_check"],
+                                     continue_prompt=prompts["glean_continue"],
+                                     step="extract", item=unit_id, max_tokens=ex.max_tokens)
+    if not complete:
         # The records already received are kept; the unit is reported as incomplete.
-        out.failed = True
+        out.failed = out.gleaning_failed = True
     for rnd, answer in enumerate(answers):
-        _entity_rows(answer, unit_id, rnd, out, counts)
+        _entity_rows(answer, unit_id, rnd, out, counts, map_type)
     out.gleaned = len(answers) - 1
 
     if ex.claims:
@@ -232,14 +313,13 @@ async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Sett
         except LLMError:
             out.failed = True
             return out
-        claim_answers: list[BaseModel] = [first_claims]
-        try:
-            claim_answers = await _glean(llm, claim_messages, first_claims, ExtractedClaims, ClaimGleanCheck,
-                                         rounds=ex.max_gleanings, check_prompt=prompts["glean_check"],
-                                         continue_prompt=prompts["glean_continue"], step="claims",
-                                         item=unit_id, max_tokens=ex.max_tokens)
-        except LLMError:
-            out.failed = True
+        claim_answers, complete = await _glean(llm, claim_messages, first_claims, ExtractedClaims,
+                                               ClaimGleanCheck, rounds=ex.max_gleanings,
+                                               check_prompt=prompts["glean_check"],
+                                               continue_prompt=prompts["glean_continue"], step="claims",
+                                               item=unit_id, max_tokens=ex.max_tokens)
+        if not complete:
+            out.failed = out.gleaning_failed = True
         for rnd, answer in enumerate(claim_answers):
             _claim_rows(answer, unit_id, rnd, out, counts)  # type: ignore[arg-type]
     return out
@@ -252,14 +332,20 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
     `text_units` needs `id` and `text`. Rows come out in text-unit order, then gleaning round,
     then the model's order, whatever order the concurrent calls finish in. A unit whose first
     call fails for good is in `failed` with no records; a unit whose gleaning or claim call fails
-    keeps the records it already has and is also in `failed` (its extraction is incomplete)."""
+    keeps the records it already has and is also in `failed` (its extraction is incomplete).
+
+    `stats`: units, entity/relationship/claim instances, gleaned_records, units_gleaned;
+    gleaning_failed (units whose gleaning stopped at a failed call, earlier rounds kept),
+    units_partial (failed units that still gave records); types_mapped (entity types taken as a
+    variant of a configured type) and types_to_catch_all (given `catch_all_type`)."""
     names = ["extract_graph", "examples_graph", "glean_check", "glean_continue"]
     if settings.extraction.claims:
         names.append("extract_claims")
     prompts = {n: load_prompt(n, language, settings.root) for n in names}
     ex = settings.extraction
     schema = graph_schema(ex.entity_types, ex.max_entities, ex.max_relationships)
-    counts = {"self_loops": 0, "empty_names": 0}
+    map_type = type_mapper(ex.entity_types)
+    counts = {"self_loops": 0, "empty_names": 0, "types_mapped": 0, "types_to_catch_all": 0}
 
     # The embedded llama.cpp server keeps each slot's last prompt cached, and a unit's gleaning
     # calls repeat its extraction prompt and answer. With no more units in progress than the
@@ -272,7 +358,7 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
     async def one(unit_id: str, text: str) -> _UnitResult:
         try:
             async with gate:
-                return await _extract_unit(unit_id, text, llm, settings, schema, prompts, counts)
+                return await _extract_unit(unit_id, text, llm, settings, schema, prompts, counts, map_type)
         finally:
             if advance:
                 advance(1)
@@ -297,6 +383,10 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
             "claim_instances": len(claims),
             "gleaned_records": sum(1 for row in entities + relationships + claims if row["round"] > 0),
             "units_gleaned": sum(1 for r in results if r.gleaned),
+            "gleaning_failed": sum(1 for r in results if r.gleaning_failed),
+            "units_partial": sum(1 for r in results if r.failed and (r.entities or r.relationships or r.claims)),
+            "types_mapped": counts["types_mapped"],
+            "types_to_catch_all": counts["types_to_catch_all"],
         },
     )
 

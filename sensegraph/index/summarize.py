@@ -119,6 +119,17 @@ def merge_instances(extraction: ExtractionResult) -> MergedGraph:
     graph = MergedGraph()
     endpoint_spellings: dict[str, list[str]] = {}
     endpoint_descs: dict[str, list[str]] = {}
+    # The paper's edge weight is the "normalised count of relationship instances". Here each
+    # instance counts with its strength, clamped to 1-10 at extraction: that is the normalisation,
+    # and the weight's unit is strength points, as in Microsoft's sum of strengths (no division
+    # by a total: Leiden's modularity is the same when every weight is scaled). An instance is
+    # one text unit stating the pair: every record of the pair in one unit (either direction, any
+    # spelling, any gleaning round) is one instance, with the largest strength given there. A
+    # gleaning round restating a relationship says nothing new about the corpus; counting it
+    # again would make the weight follow how often the model repeats itself and skew Leiden
+    # towards the units that were gleaned. Max rather than mean, so a passing restatement with a
+    # lower strength does not weaken what the unit's first pass said.
+    strongest: dict[tuple[tuple[str, str], str], float] = {}
     for source, target, desc, strength, unit in zip(rels["source"], rels["target"], rels["description"],
                                                     rels["strength"], rels["text_unit_id"]):
         s, t = clean_name(source), clean_name(target)
@@ -130,13 +141,16 @@ def merge_instances(extraction: ExtractionResult) -> MergedGraph:
         if rel is None:
             rel = graph.relationships[pair] = MergedRelationship(pair, [], 0.0, [])
         rel.descriptions.append(str(desc))
-        rel.weight += float(strength)
+        instance = (pair, str(unit))
+        strongest[instance] = max(strongest.get(instance, float("-inf")), float(strength))
         rel.text_unit_ids.append(str(unit))
         for k, name in ((ks, s), (kt, t)):
             # A text unit whose relationship names an entity mentions that entity.
             units.setdefault(k, set()).add(str(unit))
             endpoint_spellings.setdefault(k, []).append(name)
             endpoint_descs.setdefault(k, []).append(str(desc))
+    for (pair, _), strength in strongest.items():
+        graph.relationships[pair].weight += strength
     for rel in graph.relationships.values():
         rel.descriptions = _unique_sorted(rel.descriptions)
         rel.text_unit_ids = sorted(set(rel.text_unit_ids))
