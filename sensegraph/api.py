@@ -4,16 +4,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from .config import Settings, load_settings
 from .index.pipeline import IndexResult, run_index
+from .query import REGISTRY, QueryResult, Searcher
 from .store.tables import TABLES, has_table, read_table
-
-if TYPE_CHECKING:
-    from .query import QueryResult
 
 
 def _settings(root: str | Path | Settings) -> Settings:
@@ -45,11 +43,9 @@ async def asearch(question: str, method: str = "global", *, root: str | Path | S
                  response_type: str | None = None, history: list[dict[str, str]] | None = None,
                  on_token: Callable[[str], None] | None = None, cache: bool | None = None) -> QueryResult:
     """Answer `question` over the index of the project at `root` (or the index folder
-    `index_dir`, e.g. one written by Microsoft GraphRAG). `method` is one of global, local,
-    drift, basic, text. `history` holds earlier turns as {"role", "content"} dicts;
+    `index_dir`, e.g. one written by Microsoft GraphRAG). `method` is one of
+    `sensegraph.query.METHODS`: global, local, drift, basic, text. `history` holds earlier turns as {"role", "content"} dicts;
     `on_token` receives the final answer as it is generated."""
-    from .query import Searcher
-
     searcher = Searcher.open(_settings(root), index_dir, cache=cache)
     try:
         return await searcher.query(question, method, level=level, dynamic=dynamic, response_type=response_type,
@@ -70,13 +66,14 @@ def _method(name: str):
     def run(question: str, **options: Any) -> QueryResult:
         return asyncio.run(asearch(question, name, **options))
 
-    run_async.__doc__ = run.__doc__ = f"`asearch(question, {name!r}, ...)`: see asearch for the options."
-    run_async.__name__, run.__name__ = f"a{name}_search", f"{name}_search"
+    run_async.__doc__ = run.__doc__ = (f"{name} search, {REGISTRY[name].summary}: "
+                                       f"`asearch(question, {name!r}, ...)`; see asearch for the options.")
+    run_async.__name__ = run_async.__qualname__ = f"a{name}_search"
+    run.__name__ = run.__qualname__ = f"{name}_search"
     return run_async, run
 
 
-aglobal_search, global_search = _method("global")
-alocal_search, local_search = _method("local")
-adrift_search, drift_search = _method("drift")
-abasic_search, basic_search = _method("basic")
-atext_search, text_search = _method("text")
+# One pair per registered method: `global_search` / `aglobal_search`, `local_search`, ...
+for _name in REGISTRY:
+    globals()[f"a{_name}_search"], globals()[f"{_name}_search"] = _method(_name)
+del _name

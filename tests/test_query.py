@@ -348,3 +348,18 @@ def test_map_point_ids_become_references_in_the_reduce_context(tmp_path):
     refs = re.findall(r"About report (\d+) \[Data: Reports \((\d+)\)\]", reduce)
     assert refs and all(a == b for a, b in refs)  # ids outside the batch (999, 555) are dropped
     assert "999" not in reduce and "555" not in reduce
+
+
+# -- the method registry ------------------------------------------------------------------------
+def test_one_registry_names_the_methods_for_every_caller():
+    import sensegraph
+    from sensegraph import api
+    from sensegraph.query import METHODS, REGISTRY, method_named
+
+    assert METHODS == tuple(REGISTRY) == ("global", "local", "drift", "basic", "text")
+    for name in METHODS:  # the Python API has a pair of functions per method, exported at the top
+        assert {f"{name}_search", f"a{name}_search"} <= set(sensegraph.__all__)
+        assert getattr(api, f"{name}_search").__name__ == f"{name}_search"
+    assert [n for n, m in REGISTRY.items() if m.by_level] == ["global"]  # levels and --dynamic
+    with pytest.raises(ValueError, match="choose one of global, local, drift, basic, text"):
+        method_named("nope")

@@ -11,7 +11,8 @@ TS baseline). Every method returns a `QueryResult`.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Settings
@@ -24,7 +25,31 @@ from .drift_search import drift_search
 from .global_search import global_search, text_search
 from .local_search import local_search
 
-METHODS = ("global", "local", "drift", "basic", "text")
+
+@dataclass(frozen=True)
+class Method:
+    """One query method: the function that answers, and the options it takes beyond the question."""
+
+    run: Callable[..., Awaitable[QueryResult]]
+    summary: str
+    by_level: bool = False  # takes `level` and `dynamic` (a community level to answer from)
+
+
+# The one list of query methods: the CLI, the Python API and the server take their names from here.
+REGISTRY: dict[str, Method] = {
+    "global": Method(global_search, "map-reduce over the community reports of one level", by_level=True),
+    "local": Method(local_search, "the neighbourhood of the entities the question names"),
+    "drift": Method(drift_search, "global priming, then local follow-up questions"),
+    "basic": Method(basic_search, "vector search over source text (the SS baseline)"),
+    "text": Method(text_search, "map-reduce over all source text (the TS baseline)"),
+}
+METHODS: tuple[str, ...] = tuple(REGISTRY)
+
+
+def method_named(name: str) -> Method:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown query method {name!r}; choose one of {', '.join(METHODS)}")
+    return REGISTRY[name]
 
 
 class Searcher:
@@ -58,11 +83,10 @@ class Searcher:
         history: list[dict[str, str]] | None = None,
         on_token: Callable[[str], None] | None = None,
     ) -> QueryResult:
-        if method not in METHODS:
-            raise ValueError(f"unknown query method {method!r}; choose one of {', '.join(METHODS)}")
+        chosen = method_named(method)
         if not question or not question.strip():
             raise ValueError("the question is empty")
-        if dynamic and method != "global":
+        if dynamic and not chosen.by_level:
             raise ValueError("dynamic community selection applies to global search only")
         chat = self.settings.chat
         llm = open_chat(self.settings, cache=self.cache,
@@ -70,16 +94,10 @@ class Searcher:
         self.embedder.usage = Usage()
         q = Query(question.strip(), self.settings, self.index, llm, self.embedder,
                   response_type=response_type or "", history=list(history or []), on_token=on_token, log=self.log)
+        # `level` is ignored by the other methods (local search reads its reports at query.level).
+        options = {"level": level, "dynamic": dynamic} if chosen.by_level else {}
         try:
-            if method == "global":
-                return await global_search(q, level=level, dynamic=dynamic)
-            if method == "text":
-                return await text_search(q)
-            if method == "local":
-                return await local_search(q)
-            if method == "drift":
-                return await drift_search(q)
-            return await basic_search(q)
+            return await chosen.run(q, **options)
         finally:
             await llm.aclose()
 
@@ -87,4 +105,4 @@ class Searcher:
         await self.embedder.aclose()
 
 
-__all__ = ["Searcher", "QueryResult", "METHODS", "GraphIndex", "IndexNotFound"]
+__all__ = ["Searcher", "QueryResult", "METHODS", "REGISTRY", "Method", "method_named", "GraphIndex", "IndexNotFound"]

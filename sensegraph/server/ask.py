@@ -11,12 +11,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from ..llm import LLMError
-from ..query import QueryResult
+from ..query import METHODS, QueryResult
 from .security import require_key
 from .state import state_of
 
 router = APIRouter(prefix="/api", dependencies=[Depends(require_key)])
 MAX_QUESTION_CHARS = 4000
+MethodName = Literal[METHODS]  # type: ignore[valid-type]  # the registry's names, as an enum in the schema
 
 
 class Turn(BaseModel):
@@ -26,7 +27,7 @@ class Turn(BaseModel):
 
 class QueryRequest(BaseModel):
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
-    method: Literal["global", "local", "drift", "basic", "text"] = "global"
+    method: MethodName = "global"
     level: int | None = Field(None, ge=0, le=50, description="global search: community level (0 = root)")
     dynamic: bool = Field(False, description="global search: dynamic community selection")
     response_type: str | None = Field(None, max_length=200, description='e.g. "single paragraph"')
@@ -59,7 +60,7 @@ def sse(event: str, data: Any) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n"
 
 
-@router.post("/query", tags=["query"], summary="Ask a question (global, local, drift, basic, text)",
+@router.post("/query", tags=["query"], summary=f"Ask a question ({', '.join(METHODS)})",
              responses={200: {"content": {"text/event-stream": {}},
                               "description": "JSON result, or with stream=true server-sent events: "
                                              "`token` {text}, then `result` (the JSON result) or `error`"}})

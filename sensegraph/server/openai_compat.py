@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..query import METHODS
+from ..query import REGISTRY
 from .ask import MAX_QUESTION_CHARS, error_status
 from .browse import chat_models
 from .security import require_key
@@ -61,10 +61,10 @@ def openai_error(status: int, message: str, etype: str, param: str | None = None
 
 def parse_model(name: str, levels: int) -> tuple[str, int | None, bool] | None:
     m = _MODEL.match(name.strip())
-    if not m or m["method"] not in METHODS:
+    if not m or m["method"] not in REGISTRY:
         return None
     level = int(m["level"]) if m["level"] is not None else None
-    if (level is not None or m["dynamic"]) and m["method"] != "global":
+    if (level is not None or m["dynamic"]) and not REGISTRY[m["method"]].by_level:
         return None
     if level is not None and level >= levels:
         return None
@@ -136,7 +136,7 @@ async def chat_completions(request: Request, req: ChatRequest) -> Any:
             elif kind == "ping":
                 yield ": keep-alive\n\n"
             elif kind == "result":
-                if not streamed:  # e.g. "no answer found": nothing was generated token by token
+                if not streamed:  # an answers object that does not stream: send the answer whole
                     yield chunk({"content": value.answer})
                 yield chunk({}, "stop", sensegraph=extension(value))
                 if include_usage:
