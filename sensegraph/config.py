@@ -167,7 +167,8 @@ class QuerySettings(_Section):
     top_entities: int = Field(10, ge=1, description="local search: entities matched to the question")
     text_unit_share: float = Field(0.5, ge=0, le=1, description="local search: share of the context")
     community_share: float = Field(0.15, ge=0, le=1, description="local search: share of the context")
-    top_text_units: int = Field(10, ge=1, description="basic search: text units retrieved")
+    # 0 = as many as fit the context budget, nearest first (the paper's SS); > 0 caps the count.
+    top_text_units: int = Field(0, ge=0, description="basic search: at most this many text units (0 = no cap)")
     drift_primer_reports: int = Field(5, ge=1)
     drift_depth: int = Field(2, ge=0, description="rounds of follow-up questions")
     drift_breadth: int = Field(3, ge=1, description="follow-ups answered per round, best-scored first")

@@ -191,5 +191,10 @@ def result(q: Query, method: str, answer: str, context: Context, *, stats: dict[
 
 
 def no_answer(q: Query) -> str:
-    return NO_ANSWER[q.language]
+    """The plain answer when the index holds nothing that answers the question. It goes through
+    `on_token` like any answer, so a streaming caller shows it instead of nothing."""
+    answer = NO_ANSWER[q.language]
+    if q.on_token:
+        q.on_token(answer)
+    return answer
 

@@ -1,7 +1,9 @@
 """Basic search: vector RAG over text units (the paper's SS baseline, "semantic search").
 
-The source text units nearest to the question, packed under the same budget and answered with
-the same prompt as local search, so the comparison isolates what the graph adds.
+The source text units nearest to the question, nearest first, as many as fit the same token
+budget as the other methods (the paper fills every condition's context to one limit; a fixed
+top-k would hand SS less text), answered with the same prompt as local search, so the
+comparison isolates what the graph adds. `query.top_text_units` > 0 caps the count.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from .local_search import allowed_refs
 async def basic_search(q: Query) -> QueryResult:
     vectors = await q.index.vectors("text_units", q.embedder, q.log)
     query_vector = (await q.embedder.embed([q.search_text()], kind="query", step="embed"))[0]
-    hits = vectors.search(query_vector, k=q.settings.query.top_text_units)
+    cap = q.settings.query.top_text_units
+    hits = vectors.search(query_vector, k=cap if cap > 0 else len(vectors.ids))
     rows = q.index.rows_by("text_units", "id", [i for i, _ in hits])
     context = Context([pack("Sources", (r for _, r in rows.iterrows()), q.budget)])
     if context.units:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..llm.client import LLMError
@@ -47,9 +48,26 @@ async def _prime(q: Query) -> Context:
     hypothetical = await q.llm.complete(q.render("drift_hyde"), step="hyde", item="drift primer", max_tokens=200)
     vectors = await q.index.vectors("community_reports", q.embedder, q.log)
     query_vector = (await q.embedder.embed([f"{q.search_text()}\n{hypothetical}"], kind="query", step="embed"))[0]
-    hits = vectors.search(query_vector, k=q.settings.query.drift_primer_reports)
-    rows = q.index.rows_by("community_reports", "id", [i for i, _ in hits])
-    return Context([pack("Reports", (r for _, r in rows.iterrows()), q.budget)])
+    ranked = vectors.search(query_vector, k=len(vectors.ids))
+    rows = q.index.rows_by("community_reports", "id", [i for i, _ in ranked])
+    chosen = distinct_reports(rows, q.settings.query.drift_primer_reports)
+    return Context([pack("Reports", chosen, q.budget)])
+
+
+def distinct_reports(rows: pd.DataFrame, k: int) -> list[pd.Series]:
+    """The first `k` reports of `rows` (best first) that describe different communities.
+
+    A branch that ends early is carried down as copies holding its report verbatim, so a top-k
+    of the report vectors can be one report several times; a copy is recognised by its text
+    (Microsoft's tables mark no copies). Of identical reports the shallowest is kept: the
+    community the report was written for."""
+    groups: dict[str, list[pd.Series]] = {}
+    for _, row in rows.iterrows():
+        content = row.get("full_content")
+        key = content.strip() if isinstance(content, str) and content.strip() else f"id:{row['id']}"
+        if key in groups or len(groups) < k:
+            groups.setdefault(key, []).append(row)
+    return [min(group, key=lambda r: (int(r["level"]), int(r["community"]))) for group in groups.values()]
 
 
 async def drift_search(q: Query) -> QueryResult:
@@ -114,8 +132,6 @@ async def drift_search(q: Query) -> QueryResult:
              "intermediate_answers": len(answers), "answers_reduced": kept}
     if not any(score > 0 for score, _, _ in answers):
         answer = no_answer(q)
-        if q.on_token:
-            q.on_token(answer)
     else:
         answer = await final_answer(q, q.render("query_reduce", context=text), step="reduce")
     return result(q, "drift", answer, context, stats=stats, allowed=allowed_refs(context), failures=failures)

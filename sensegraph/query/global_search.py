@@ -153,8 +153,6 @@ async def map_reduce(q: Query, method: str, kind: str, rows: list[pd.Series], st
     if not positive:
         stats["reduce_calls"] = 0
         answer = no_answer(q)
-        if q.on_token:
-            q.on_token(answer)
     else:
         stats["reduce_calls"] = 1
         answer = await final_answer(q, q.render("query_reduce", context=text), step="reduce")
