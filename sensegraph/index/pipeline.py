@@ -1,17 +1,16 @@
 """The indexing pipeline: the paper's steps in order, with checkpoints and stats.
 
-Each step reads tables and writes tables. A step whose inputs and settings are unchanged since
-its last successful run is skipped (its tables are read back); inside a step, finished LLM calls
-come from the cache. So an interrupted run, rerun, repeats no paid work.
+Each step reads tables and writes tables, through the step runner (steps.py): a step is skipped
+when nothing it reads changed since its last complete run (its tables are read back); inside a
+step, finished LLM calls come from the cache. So an interrupted run, rerun, repeats no paid work.
+The functions below the pipeline adapt each paper step to the runner: they take exactly what the
+step reads, as keyword arguments, and return its tables.
 """
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,16 @@ import pandas as pd
 from ..config import Settings
 from ..language import resolve_language
 from ..llm import ChatClient, StepUsage, Usage, open_cache, open_chat, open_embedder
-from ..store.tables import read_table, write_json_atomic, write_table
+from ..store.tables import write_json_atomic, write_table
 from . import community_reports, communities, documents, embed, extract, resolve, summarize, text_units
+from .numbering import WORK_DIR, Numbering
+from .steps import Output, Steps
 
 # Bar(description, total) -> advance(n)
 BarFactory = Callable[[str, int], Callable[[int], None]]
-STATE_FILE = "state.json"
 # Pipeline steps that call models, and the usage step names each one's calls are recorded under.
 LLM_STEPS = {"extract": ("extract", "claims"), "summarize": ("summarize", "resolve"),
              "community_reports": ("community_reports",), "embed": ("embed",)}
-WORK_DIR = "_work"  # intermediate tables (extraction instances), kept for incremental updates
 # Steps a spending budget can stop, the usage step names of their items, and what the items are.
 BUDGET_STEPS = {"extract": (("extract", "claims"), "text units"),
                 "summarize": (("summarize",), "entity and relationship descriptions"),
@@ -71,216 +70,80 @@ def _no_bar(description: str, total: int) -> Callable[[int], None]:
     return lambda n=1: None
 
 
-def _fingerprint(*parts: Any) -> str:
-    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()[:32]
-
-
-def _ids_fingerprint(df: pd.DataFrame, *columns: str) -> str:
-    h = hashlib.sha256()
-    for col in columns or ("id",):
-        for v in df[col].astype(str):
-            h.update(v.encode())
-            h.update(b"\x1f")
-    return h.hexdigest()[:32]
-
-
-class _Checkpoints:
-    """Remembers, per step, the fingerprint of the inputs its stored tables were made from."""
-
-    def __init__(self, output_dir: Path):
-        self.path = output_dir / STATE_FILE
-        self.state: dict[str, str] = json.loads(self.path.read_text()) if self.path.exists() else {}
-
-    def done(self, step: str, fingerprint: str, tables: list[Path]) -> bool:
-        return self.state.get(step) == fingerprint and all(p.exists() for p in tables)
-
-    def mark(self, step: str, fingerprint: str) -> None:
-        self.state[step] = fingerprint
-        write_json_atomic(self.path, self.state)
-
-
-def extract_fingerprint(settings: Settings, units: pd.DataFrame, language: str) -> str:
-    """What the extraction of `units` depends on: their ids, the settings, model and prompts."""
-    model_id = (settings.chat.provider, settings.chat.model, settings.local.size if settings.chat.provider == "local" else "")
-    return _fingerprint(_ids_fingerprint(units), settings.extraction.model_dump(), language, model_id,
-                        _prompt_fingerprint(settings, language, ["extract_graph", "glean_check",
-                                                                 "glean_continue", "examples_graph",
-                                                                 "extract_claims"]))
+INSTANCES = {"entity_instances": WORK_DIR, "relationship_instances": WORK_DIR, "claim_instances": WORK_DIR,
+             "extracted_units": WORK_DIR}  # intermediate tables, kept so unchanged units are not redone
+ELEMENTS = {"entities": "", "relationships": "", "covariates": ""}
 
 
 async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Callable[[str], None] = print,
-                    cache: bool | None = None, allow_partial: bool = False, hooks: Any = None) -> IndexResult:
-    """Build or resume the index. `hooks` (see update.UpdateHooks) lets `sensegraph update` reuse
-    the previous extraction and keep human-readable ids stable; every other step is the same."""
+                    cache: bool | None = None, allow_partial: bool = False, keep_numbers: bool = False,
+                    command: str = "sensegraph index") -> IndexResult:
+    """Build or resume the index in output/. `keep_numbers` (`sensegraph update`, and every run
+    on an index that was updated) keeps the human-readable ids of rows that existed."""
     out = settings.path(settings.output_dir)
-    work = out / WORK_DIR
     out.mkdir(parents=True, exist_ok=True)
-    checkpoints = _Checkpoints(out)
+    numbering = Numbering(out) if keep_numbers or Numbering.kept_in(out) else None
     usage = Usage(settings.chat.price_per_1k_prompt, settings.chat.price_per_1k_completion,
                   settings.embedding.price_per_1k_prompt)
     answer_cache = open_cache(settings, cache)
     llm = open_chat(settings, cache=answer_cache, usage=usage)
     embedder = open_embedder(settings, cache=answer_cache, usage=usage)
+    stats: dict[str, Any] = {"steps": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    failures: dict[str, list[str]] = {}
+    budget_items: dict[str, int] = {}  # items of each budgeted step run so far
     prefetch: asyncio.Task | None = None
-    try:
-        stats: dict[str, Any] = {"steps": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        failures: dict[str, list[str]] = {}
-        budget_items: dict[str, int] = {}  # items of each budgeted step run so far
 
-        def stop_if_budget(step: str, items: int, not_done: list[str]) -> None:
-            # Only between steps: a step cut short is not marked done and no later step runs on
-            # its partial output; the rerun takes its finished calls from the cache.
-            budget_items[step] = items
+    def check_budget(step: str, output: Output) -> None:
+        # Between computing and writing a step: a step cut short writes none of its tables
+        # (those of the last complete run stay) and no later step runs on its partial output.
+        failures[step] = output.failed
+        if step in BUDGET_STEPS:
+            budget_items[step] = output.items
             if llm.budget_reached:
-                raise _budget_stop(step, llm, out, stats, {**failures, step: list(not_done)}, budget_items,
-                                   "sensegraph update" if hooks is not None else "sensegraph index")
+                raise _budget_stop(step, llm, out, stats, failures, budget_items, command)
 
-        @contextmanager
-        def timed(step: str):
-            t0 = time.perf_counter()
-            entry: dict[str, Any] = {}
-            stats["steps"][step] = entry
-            yield entry
-            entry["seconds"] = round(time.perf_counter() - t0, 3)
-
+    steps = Steps(settings, out, stats, before_write=check_budget)
+    try:
         # 1. documents -> 2. text units (no LLM; cheap, always recomputed to see input changes)
-        with timed("documents") as st:
-            docs = documents.load_documents(settings, warn=lambda m: log(f"warning: {m}"))
-            st["documents"] = len(docs)
+        docs = (await steps.run("documents", _documents, checkpoint=False, extra={"log": log})).tables["documents"]
         language = resolve_language(settings.language, docs["text"])
         stats["language"] = language
-        with timed("text_units") as st:
-            units = text_units.make_text_units(docs, size=settings.chunks.size, overlap=settings.chunks.overlap)
-            units = units.reset_index(drop=True)
-            by_doc = units.groupby("document_id")["id"].apply(list)
-            docs["text_unit_ids"] = [by_doc.get(d, []) for d in docs["id"]]
-            st["text_units"] = len(units)
-            st["tokens"] = int(units["n_tokens"].sum())
+        units = (await steps.run("text_units", _text_units, checkpoint=False, documents=docs)).tables["text_units"]
         # Text-unit vectors are computed alongside extraction (into the cache), not after it.
         prefetch = embed.prefetch_text_units(units, embedder)
-
-        # 3. extraction of element instances (one call per text unit, plus gleaning)
-        fp_extract = extract_fingerprint(settings, units, language)
-        inst_paths = [work / f"{n}.parquet" for n in ("entity_instances", "relationship_instances", "claim_instances")]
-        with timed("extract") as st:
-            if checkpoints.done("extract", fp_extract, inst_paths):
-                extraction = extract.ExtractionResult(
-                    *(pd.read_parquet(p) for p in inst_paths), failed=[])
-                st["skipped"] = True
-            else:
-                extract_fn = hooks.extract if hooks is not None else extract.extract_graph
-                extraction = await extract_fn(units, llm, settings=settings, language=language,
-                                              advance=bar("extract", len(units)))
-                work.mkdir(parents=True, exist_ok=True)
-                for p, df in zip(inst_paths, (extraction.entities, extraction.relationships, extraction.claims)):
-                    write_table(df, p.parent, p.stem)  # not a known table: no column check
-                # After writing: `sensegraph update` reuses these instances and retries the
-                # units stats.json lists as not done.
-                stop_if_budget("extract", extraction.stats.get("units", len(units)), extraction.failed)
-                if not extraction.failed:
-                    checkpoints.mark("extract", fp_extract)
-            failures["extract"] = list(extraction.failed)
-            if len(units) and extraction.entities.empty and not extraction.failed:
-                # Not an error (the index still serves basic search), but almost always a sign of
-                # a model that cannot follow the extraction prompt, or of prompts that do not fit.
-                log(f"warning: no entities were extracted from any of the {len(units)} text units; "
-                    "the graph, communities and reports are empty. Check the chat model "
-                    "(`sensegraph doctor`) and prompts/*/extract_graph.txt")
-            st.update(entity_instances=len(extraction.entities), relationship_instances=len(extraction.relationships),
-                      claim_instances=len(extraction.claims))
-
-        # 4. merge + summarise into entities, relationships, claims (covariates)
-        fp_summary = _fingerprint(fp_extract, _ids_fingerprint(extraction.entities, "title", "description"),
-                                  _ids_fingerprint(extraction.relationships, "source", "target", "description"),
-                                  settings.summarize.model_dump(), settings.summary_input_tokens(),
-                                  _prompt_fingerprint(settings, language, ["summarize_descriptions"]),
-                                  *resolve.fingerprint_parts(settings, language))
-        with timed("summarize") as st:
-            names = ["entities", "relationships", "covariates"]
-            if checkpoints.done("summarize", fp_summary, [out / f"{n}.parquet" for n in names]):
-                entities, relationships, covariates = (read_table(out, n) for n in names)
-                st["skipped"] = True
-            else:
-                n_items = summarize.merge_instances(extraction).size
-                entities, relationships, covariates, failed = await summarize.summarize_graph(
-                    extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items))
-                failures["summarize"] = list(failed)
-                # opt-in: merge duplicate entities (resolve.py); not once the budget is used up
-                if settings.resolution.enabled and not llm.budget_reached:
-                    entities, relationships, covariates, st["resolution"] = await resolve.resolve_in_pipeline(
-                        entities, relationships, covariates, llm, embedder, settings=settings, language=language)
-                # Before writing: the tables of the last complete run stay as they were.
-                stop_if_budget("summarize", n_items, failed)
-                if hooks is not None:
-                    entities, relationships, covariates = hooks.elements(entities, relationships, covariates)
-                for name, df in zip(names, (entities, relationships, covariates)):
-                    write_table(df, out, name)
-                if not failed:
-                    checkpoints.mark("summarize", fp_summary)
-            st.update(entities=len(entities), relationships=len(relationships), claims=len(covariates))
-
-        # text units and documents learn which elements they gave rise to
-        units = _link_text_units(units, entities, relationships, covariates)
-        if hooks is not None:
-            docs, units = hooks.units(docs, units)
+        # 3. element instances: one extraction per text unit, plus gleaning
+        work = await steps.run("extract", _extract, writes=INSTANCES, units=units, llm=llm, language=language,
+                               extra={"advance": bar("extract", len(units)),
+                                      "previous": steps.previous("extract", INSTANCES, {
+                                          "units": units, "llm": llm, "language": language})})
+        _warn_if_empty(units, work, log)
+        # 4. element summaries: entities, relationships, claims (covariates)
+        elements = (await steps.run("summarize", _summarize, writes=ELEMENTS, units=units, llm=llm,
+                                    embedder=embedder, language=language, numbering=numbering,
+                                    **{n: work.tables[n] for n in INSTANCES if n != "extracted_units"},
+                                    extra={"bar": bar})).tables
+        docs, units = _link_text_units(docs, units, numbering, **elements)
         write_table(docs, out, "documents")
         write_table(units, out, "text_units")
-
-        # 5. communities (hierarchical Leiden), every level a complete partition
-        fp_comm = _fingerprint(fp_summary, _ids_fingerprint(entities), _ids_fingerprint(relationships, "id", "weight"),
-                               settings.communities.model_dump())
-        with timed("communities") as st:
-            if checkpoints.done("communities", fp_comm, [out / "communities.parquet"]):
-                comms = read_table(out, "communities")
-                st["skipped"] = True
-            else:
-                comms = communities.build_communities(entities, relationships,
-                                                      max_cluster_size=settings.communities.max_cluster_size,
-                                                      seed=settings.communities.seed)
-                if hooks is not None:
-                    comms = hooks.communities(comms)
-                write_table(comms, out, "communities")
-                checkpoints.mark("communities", fp_comm)
-            st["per_level"] = {int(k): int(v) for k, v in comms.groupby("level").size().items()}
-
+        # 5. communities: hierarchical Leiden, every level a complete partition
+        comms = (await steps.run("communities", _communities, writes={"communities": ""}, numbering=numbering,
+                                 entities=elements["entities"], relationships=elements["relationships"]
+                                 )).tables["communities"]
         # 6. community reports, bottom-up
-        fp_reports = _fingerprint(fp_comm, _ids_fingerprint(comms), _ids_fingerprint(entities, "id", "description"),
-                                  settings.reports.model_dump(), settings.report_input_tokens(),
-                                  _prompt_fingerprint(settings, language, ["community_report"]))
-        with timed("community_reports") as st:
-            if checkpoints.done("community_reports", fp_reports, [out / "community_reports.parquet"]):
-                reports = read_table(out, "community_reports")
-                st["skipped"] = True
-            else:
-                reports, failed = await community_reports.write_reports(
-                    comms, entities, relationships, covariates, llm, settings=settings, language=language,
-                    advance=bar("community reports", len(comms)))
-                failures["community_reports"] = [str(f) for f in failed]
-                stop_if_budget("community_reports", len(comms), failures["community_reports"])
-                write_table(reports, out, "community_reports")
-                if not failed:
-                    checkpoints.mark("community_reports", fp_reports)
-            st["reports"] = len(reports)
-
+        reports = (await steps.run("community_reports", _reports, writes={"community_reports": ""},
+                                   communities=comms, llm=llm, language=language, **elements,
+                                   extra={"advance": bar("community reports", len(comms))}
+                                   )).tables["community_reports"]
         # 7. embeddings for search
-        tables = {"documents": docs, "text_units": units, "entities": entities, "relationships": relationships,
-                  "covariates": covariates, "communities": comms, "community_reports": reports}
-        with timed("embed") as st:
-            if prefetch is not None:
-                await prefetch
-            st["vectors"], failures["embed"] = await embed.embed_tables(
-                tables, embedder, out, advance=bar("embeddings", embed.embedding_count(tables)))
-
+        tables = {"documents": docs, "text_units": units, **elements, "communities": comms,
+                  "community_reports": reports}
+        embedded = await steps.run("embed", _embed, checkpoint=False, tables=tables, embedder=embedder,
+                                   extra={"prefetch": prefetch, "out": out, "bar": bar})
+        failures["embed"] = embedded.failed
+        if numbering is not None:
+            numbering.save(tables)
         stats["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-        _add_usage(stats, usage, failures)
-        if hooks is not None:
-            stats["update"] = hooks.report(tables, stats)
-        failures = {k: v for k, v in failures.items() if v}
-        stats["failures"] = failures
-        stats["partial"] = bool(failures)
-        stats_path = out / "stats.json"
-        write_json_atomic(stats_path, stats)
+        stats_path = _finish_stats(stats, usage, failures, out)
     finally:
         # Also on an exception or a cancellation (Ctrl-C): close connections and the cache.
         if prefetch is not None and not prefetch.done():
@@ -290,9 +153,115 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         await embedder.aclose()
         if answer_cache is not None:
             answer_cache.close()
+    failures = stats["failures"]
     if failures and not allow_partial:
         raise IndexFailed(failures, stats_path)
     return IndexResult(out, tables, stats, failures)
+
+
+# -- the steps, as the runner calls them -----------------------------------------------------------
+
+def _documents(*, settings: Settings, log: Callable[[str], None]) -> Output:
+    docs = documents.load_documents(settings, warn=lambda m: log(f"warning: {m}"))
+    return Output({"documents": docs}, stats={"documents": len(docs)})
+
+
+def _text_units(*, documents: pd.DataFrame, settings: Settings) -> Output:
+    units = text_units.make_text_units(documents, size=settings.chunks.size, overlap=settings.chunks.overlap)
+    units = units.reset_index(drop=True)
+    return Output({"text_units": units}, stats={"text_units": len(units), "tokens": int(units["n_tokens"].sum())})
+
+
+async def _extract(*, units: pd.DataFrame, llm: ChatClient, language: str, settings: Settings,
+                   advance: Callable[[int], None], previous: dict[str, pd.DataFrame] | None) -> Output:
+    """Extraction of the units that have no instances from a previous run with the same
+    settings, prompts and model (all of them on a first run); the others keep theirs."""
+    ids = [str(i) for i in units["id"]]
+    done = set(map(str, previous["extracted_units"]["id"])) & set(ids) if previous else set()
+    todo = units[[i not in done for i in ids]]
+    if done:
+        advance(len(done))
+    fresh = await extract.extract_graph(todo, llm, settings=settings, language=language, advance=advance)
+    tables = {"extracted_units": pd.DataFrame({"id": [i for i in ids if i in done or i not in fresh.failed]})}
+    position = {u: n for n, u in enumerate(ids)}
+    for name, new in zip(INSTANCES, (fresh.entities, fresh.relationships, fresh.claims)):
+        old = previous[name] if previous else new.iloc[:0]
+        old = old[old["text_unit_id"].astype(str).isin(done)]
+        both = pd.concat([df for df in (old, new) if not df.empty] or [new], ignore_index=True)
+        # A fresh extraction lists instances in text-unit order, then as the model gave them;
+        # merging takes the first seen on ties, so kept and new instances must be in that order.
+        order = both["text_unit_id"].astype(str).map(position)
+        tables[name] = both.iloc[order.argsort(kind="stable")].reset_index(drop=True)[new.columns]
+    stats = {**fresh.stats, "units": len(ids), "reused_units": len(done), "extracted_units": len(todo),
+             "reused": previous is not None,
+             **{n: len(tables[n]) for n in ("entity_instances", "relationship_instances", "claim_instances")}}
+    return Output(tables, failed=list(fresh.failed), items=len(ids), stats=stats)
+
+
+async def _summarize(*, entity_instances: pd.DataFrame, relationship_instances: pd.DataFrame,
+                     claim_instances: pd.DataFrame, units: pd.DataFrame, llm: ChatClient, embedder: Any,
+                     language: str, numbering: Numbering | None, settings: Settings, bar: BarFactory) -> Output:
+    extraction = extract.ExtractionResult(entity_instances, relationship_instances, claim_instances, failed=[])
+    n_items = summarize.merge_instances(extraction).size
+    entities, relationships, covariates, failed = await summarize.summarize_graph(
+        extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items))
+    stats: dict[str, Any] = {}
+    # opt-in: merge duplicate entities (resolve.py); not once the budget is used up
+    if settings.resolution.enabled and not llm.budget_reached:
+        entities, relationships, covariates, stats["resolution"] = await resolve.resolve_in_pipeline(
+            entities, relationships, covariates, llm, embedder, settings=settings, language=language)
+    if numbering is not None:
+        entities, relationships, covariates = (numbering.renumber(df, n) for df, n in (
+            (entities, "entities"), (relationships, "relationships"), (covariates, "covariates")))
+    stats.update(entities=len(entities), relationships=len(relationships), claims=len(covariates))
+    return Output({"entities": entities, "relationships": relationships, "covariates": covariates},
+                  failed=list(failed), items=n_items, stats=stats)
+
+
+def _communities(*, entities: pd.DataFrame, relationships: pd.DataFrame, numbering: Numbering | None,
+                 settings: Settings) -> Output:
+    comms = communities.build_communities(entities, relationships, max_cluster_size=settings.communities.max_cluster_size,
+                                          seed=settings.communities.seed)
+    if numbering is not None:
+        comms = numbering.communities(comms)
+    return Output({"communities": comms},
+                  stats={"per_level": {int(k): int(v) for k, v in comms.groupby("level").size().items()}})
+
+
+async def _reports(*, communities: pd.DataFrame, entities: pd.DataFrame, relationships: pd.DataFrame,
+                   covariates: pd.DataFrame, llm: ChatClient, language: str, settings: Settings,
+                   advance: Callable[[int], None]) -> Output:
+    reports, failed = await community_reports.write_reports(communities, entities, relationships, covariates, llm,
+                                                            settings=settings, language=language, advance=advance)
+    return Output({"community_reports": reports}, failed=[str(f) for f in failed], items=len(communities),
+                  stats={"reports": len(reports)})
+
+
+async def _embed(*, tables: dict[str, pd.DataFrame], embedder: Any, prefetch: asyncio.Task | None, out: Path,
+                 bar: BarFactory, settings: Settings) -> Output:
+    if prefetch is not None:
+        await prefetch
+    vectors, failed = await embed.embed_tables(tables, embedder, out,
+                                               advance=bar("embeddings", embed.embedding_count(tables)))
+    return Output({}, failed=failed, stats={"vectors": vectors})
+
+
+def _warn_if_empty(units: pd.DataFrame, work: Output, log: Callable[[str], None]) -> None:
+    if len(units) and work.tables["entity_instances"].empty and not work.failed:
+        # Not an error (the index still serves basic search), but almost always a sign of a
+        # model that cannot follow the extraction prompt, or of prompts that do not fit.
+        log(f"warning: no entities were extracted from any of the {len(units)} text units; "
+            "the graph, communities and reports are empty. Check the chat model "
+            "(`sensegraph doctor`) and prompts/*/extract_graph.txt")
+
+
+def _finish_stats(stats: dict[str, Any], usage: Usage, failures: dict[str, list[str]], out: Path) -> Path:
+    _add_usage(stats, usage, failures)
+    stats["failures"] = {k: v for k, v in failures.items() if v}
+    stats["partial"] = bool(stats["failures"])
+    stats_path = out / "stats.json"
+    write_json_atomic(stats_path, stats)
+    return stats_path
 
 
 def _add_usage(stats: dict[str, Any], usage: Usage, failures: dict[str, list[str]]) -> None:
@@ -344,20 +313,13 @@ def _budget_stop(step: str, llm: ChatClient, out: Path, stats: dict[str, Any], f
     return BudgetStopped(message, stats)
 
 
-def _prompt_fingerprint(settings: Settings, language: str, names: list[str]) -> str:
-    from ..prompts import load_prompt
-
-    texts = []
-    for n in names:
-        try:
-            texts.append(load_prompt(n, language, settings.root))
-        except FileNotFoundError:
-            texts.append("")
-    return _fingerprint(texts)
-
-
-def _link_text_units(units: pd.DataFrame, entities: pd.DataFrame, relationships: pd.DataFrame,
-                     covariates: pd.DataFrame) -> pd.DataFrame:
+def _link_text_units(docs: pd.DataFrame, units: pd.DataFrame, numbering: Numbering | None, *,
+                     entities: pd.DataFrame, relationships: pd.DataFrame,
+                     covariates: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Documents and text units learn which elements they gave rise to."""
+    by_doc = units.groupby("document_id")["id"].apply(list)
+    docs = docs.copy()
+    docs["text_unit_ids"] = [by_doc.get(d, []) for d in docs["id"]]
     units = units.copy()
     links: dict[str, dict[str, list[str]]] = {c: {} for c in ("entity_ids", "relationship_ids")}
     for col, df in (("entity_ids", entities), ("relationship_ids", relationships)):
@@ -370,4 +332,6 @@ def _link_text_units(units: pd.DataFrame, entities: pd.DataFrame, relationships:
     units["entity_ids"] = [links["entity_ids"].get(t, []) for t in units["id"]]
     units["relationship_ids"] = [links["relationship_ids"].get(t, []) for t in units["id"]]
     units["covariate_ids"] = [cov.get(t, []) for t in units["id"]]
-    return units
+    if numbering is not None:
+        return numbering.renumber(docs, "documents"), numbering.renumber(units, "text_units")
+    return docs, units

@@ -109,16 +109,6 @@ class Resolution:
                 "merges_sample": self.merges()[:20]}
 
 
-def fingerprint_parts(settings: Settings, language: str) -> tuple:
-    """Extra parts of the summarize checkpoint when resolution is on (none when off, so turning
-    the feature on or off reruns the step and existing indexes keep their checkpoints)."""
-    if not settings.resolution.enabled:
-        return ()
-    from .pipeline import _prompt_fingerprint
-
-    return (settings.resolution.model_dump(), _prompt_fingerprint(settings, language, ["resolve_entities"]))
-
-
 # -- names --------------------------------------------------------------------------------------
 
 def _fold(name: str) -> str:
@@ -542,16 +532,3 @@ async def resolve_index(settings: Settings, *, index_dir: str | None = None, dry
             cache.close()
     res.usage = usage.as_dict()  # type: ignore[attr-defined]
     return res
-
-
-def print_merges(res: Resolution, console, *, limit: int = 50, as_json: bool = False) -> None:
-    if as_json:
-        console.print_json(json.dumps({**res.summary(), "merges": res.merges(),
-                                       "candidates": [asdict(c) for c in res.candidates]}, ensure_ascii=False))
-        return
-    s = res.summary()
-    console.print(f"{s['candidates']} candidate pairs: {s['auto']} clear, {s['asked']} asked to the model "
-                  f"({s['confirmed']} confirmed in all), {s['skipped']} not asked; "
-                  f"{s['groups']} merges joining {s['entities_merged']} entities into others", highlight=False)
-    for m in res.merges()[:limit]:
-        console.print(f"  {m['keep']}  <=  {', '.join(m['merged'])}", highlight=False)

@@ -1,22 +1,22 @@
 """The living index: `sensegraph update` brings an index in line with its input folder.
 
-An update is the ordinary pipeline (pipeline.run_index) with four hooks, so every table is made
-by the same deterministic step functions as a fresh index, and an updated index equals a fresh
-index of the same corpus in entities, relationships, their text units, claims and community
+An update is the ordinary pipeline (pipeline.run_index) with stable numbering, so every table is
+made by the same deterministic step functions as a fresh index, and an updated index equals a
+fresh index of the same corpus in entities, relationships, their text units, claims and community
 membership (tests/test_update.py checks this after a sequence of updates):
 
 - extraction: text units already in the index keep their stored element instances
-  (output/_work); only new text units (and any whose extraction failed before) are extracted.
+  (output/_work) when the extraction settings, prompts and model are those of the last complete
+  extraction (the step runner decides, steps.Steps.previous); only new text units are extracted.
   Instances are put in text-unit order, exactly as a fresh extraction returns them, so merging
   (majority title and type, first seen on ties) gives the same result;
 - summaries and community reports go through the answer cache: an entity, relationship or
   community whose inputs are unchanged gets its previous answer at no cost, and one whose
   instances, members, descriptions or sub-reports changed is asked again (bottom-up, because a
   parent's context holds its children's reports);
-- human-readable ids stay stable: rows that existed keep their number, new rows get numbers
-  after the largest ever used (numbers of deleted rows are not reused, so an old citation never
-  points at a different record). The report context quotes these numbers, so this is what makes
-  an unchanged community's context, and so its cached report, identical;
+- human-readable ids stay stable (numbering.py): rows that existed keep their number, new rows get
+  numbers after the largest ever used. The report context quotes these numbers, so this is what
+  makes an unchanged community's context, and so its cached report, identical;
 - communities are re-clustered from scratch with the configured seed (no starting partition):
   seeding Leiden with the previous partition would make membership depend on the history of
   updates, and an updated index could then never equal a fresh one. A community whose
@@ -38,13 +38,11 @@ from typing import Any
 import pandas as pd
 
 from ..config import Settings
-from ..store.tables import has_table, read_table, write_json_atomic
-from . import extract as extract_step
-from .extract import ExtractionResult
-from .pipeline import STATE_FILE, WORK_DIR, IndexResult, extract_fingerprint, run_index
+from ..store.tables import has_table, write_json_atomic
+from .numbering import WORK_DIR, Numbering, stable_numbers  # noqa: F401  (stable_numbers: public here too)
+from .pipeline import IndexFailed, IndexResult, run_index
 
 REMOVED_DIR = "removed"  # under output/_work: files taken out of input/ by `update --remove`
-INSTANCE_TABLES = ("entity_instances", "relationship_instances", "claim_instances")
 SAMPLE = 20  # names listed per category in stats.json (counts are always complete)
 
 
@@ -52,151 +50,33 @@ class UpdateError(RuntimeError):
     """The index cannot be updated (none yet, or a file to remove is not in input/)."""
 
 
-# -- previous index -------------------------------------------------------------------------------
+# -- what was recomputed and why --------------------------------------------------------------------
 
-class Previous:
-    """The tables of the index as it was before this update."""
-
-    def __init__(self, out: Path):
-        self.out = out
-        self.tables = {n: read_table(out, n) for n in ("documents", "text_units", "entities", "relationships",
-                                                       "covariates", "communities", "community_reports")
-                       if has_table(out, n)}
-        work = out / WORK_DIR
-        paths = [work / f"{n}.parquet" for n in INSTANCE_TABLES]
-        self.instances = (ExtractionResult(*(pd.read_parquet(p) for p in paths), failed=[])
-                          if all(p.exists() for p in paths) else None)
-        stats_path = out / "stats.json"
-        stats = json.loads(stats_path.read_text()) if stats_path.exists() else {}
-        self.failed_units = set((stats.get("failures") or {}).get("extract", []))
-        state_path = out / STATE_FILE
-        self.state = json.loads(state_path.read_text()) if state_path.exists() else {}
-
-    def numbers(self, table: str, key: str = "id", column: str = "human_readable_id") -> dict[str, int]:
-        df = self.tables.get(table)
-        if df is None or df.empty or column not in df:
-            return {}
-        return {str(k): int(v) for k, v in zip(df[key], df[column])}
-
-    def df(self, table: str) -> pd.DataFrame:
-        return self.tables.get(table, pd.DataFrame(columns=["id"]))
-
-
-def stable_numbers(ids: list[str], previous: dict[str, int], floor: int = -1) -> list[int]:
-    """Numbers for `ids` (in order): the previous number where there was one, else the next
-    after the largest previous number (and `floor`)."""
-    nxt = max([floor, *previous.values()]) + 1
-    out = []
-    for i in ids:
-        if i in previous:
-            out.append(previous[i])
-        else:
-            out.append(nxt)
-            nxt += 1
+def update_report(prev: Numbering, previous_stats: dict[str, Any], documents: dict[str, Any],
+                  tables: dict[str, pd.DataFrame], stats: dict[str, Any]) -> dict[str, Any]:
+    """stats.json's `update` section: the documents diff, what extraction kept and redid, and
+    which entities, relationships, communities and reports changed (and why)."""
+    ids = set(map(str, tables["text_units"]["id"]))
+    prev_ids = set(map(str, prev.df("text_units")["id"]))
+    failed_before = set((previous_stats.get("failures") or {}).get("extract", []))
+    ex = stats["steps"].get("extract", {})
+    reused = ex.get("skipped") or ex.get("reused")
+    out: dict[str, Any] = {"documents": documents, "text_units": {
+        "kept": len(ids) if ex.get("skipped") else ex.get("reused_units", 0),
+        "extracted": 0 if ex.get("skipped") else ex.get("extracted_units", len(ids)),
+        "removed": len(prev_ids - ids), "retried_failed": len(ids & failed_before),
+        "reason": "new text units only" if reused else
+        "extraction settings, model or prompts changed (or the last extraction was incomplete): "
+        "every text unit was extracted again (unchanged requests come from the cache)"}}
+    out["entities"] = _element_changes(prev.df("entities"), tables["entities"], "title")
+    out["relationships"] = _element_changes(prev.df("relationships"), tables["relationships"],
+                                            lambda r: f"{r['source']} -> {r['target']}")
+    out["communities"], out["community_reports"] = _community_changes(prev, tables)
+    for step in ("extract", "summarize", "community_reports", "embed"):
+        entry = stats["steps"].get(step, {})
+        out.setdefault("llm", {})[step] = {k: entry.get(k, 0) for k in ("calls", "cache_hits", "prompt_tokens",
+                                                                        "completion_tokens")}
     return out
-
-
-# -- hooks called by the pipeline -----------------------------------------------------------------
-
-class UpdateHooks:
-    def __init__(self, prev: Previous, log: Callable[[str], None] = print):
-        self.prev = prev
-        self.log = log
-        self.info: dict[str, Any] = {}
-        self.floor = json.loads((prev.out / WORK_DIR / "numbers.json").read_text()) \
-            if (prev.out / WORK_DIR / "numbers.json").exists() else {}
-
-    async def extract(self, units: pd.DataFrame, llm, *, settings: Settings, language: str,
-                      advance: Callable[[int], None] | None = None) -> ExtractionResult:
-        prev = self.prev
-        prev_units = prev.df("text_units")
-        reusable = prev.instances is not None and not prev_units.empty and \
-            prev.state.get("extract") == extract_fingerprint(settings, prev_units, language)
-        known = set(map(str, prev_units["id"])) - prev.failed_units if reusable else set()
-        ids = [str(i) for i in units["id"]]
-        todo = units[[i not in known for i in ids]]
-        self.info["text_units"] = {
-            "kept": len(ids) - len(todo), "extracted": len(todo),
-            "removed": len(set(map(str, prev_units["id"])) - set(ids)),
-            "retried_failed": len(set(ids) & prev.failed_units),
-            "reason": "new text units only" if reusable else
-            "extraction settings, model or prompts changed (or the last extraction was incomplete): "
-            "every text unit was extracted again (unchanged requests come from the cache)",
-        }
-        if advance and len(ids) > len(todo):
-            advance(len(ids) - len(todo))
-        new = await extract_step.extract_graph(todo, llm, settings=settings, language=language, advance=advance)
-        if not reusable:
-            return new
-        position = {u: n for n, u in enumerate(ids)}
-        frames = []
-        for old, fresh in zip((prev.instances.entities, prev.instances.relationships, prev.instances.claims),
-                              (new.entities, new.relationships, new.claims)):
-            old = old[old["text_unit_id"].astype(str).isin(known & set(ids))]
-            both = pd.concat([df for df in (old, fresh) if not df.empty] or [fresh], ignore_index=True)
-            # A fresh extraction lists instances in text-unit order, then as the model gave them;
-            # the merge takes the first seen on ties, so the order must be the same here.
-            order = both["text_unit_id"].astype(str).map(position)
-            both = both.iloc[order.argsort(kind="stable")].reset_index(drop=True)
-            frames.append(both[fresh.columns])
-        return ExtractionResult(*frames, failed=new.failed, self_loops=new.self_loops,
-                                empty_names=new.empty_names, stats=new.stats)
-
-    def _renumber(self, df: pd.DataFrame, table: str) -> pd.DataFrame:
-        if df.empty or "human_readable_id" not in df:
-            return df
-        df = df.copy()
-        df["human_readable_id"] = stable_numbers([str(i) for i in df["id"]], self.prev.numbers(table),
-                                                 int(self.floor.get(table, -1)))
-        return df
-
-    def elements(self, entities: pd.DataFrame, relationships: pd.DataFrame,
-                 covariates: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-        return (self._renumber(entities, "entities"), self._renumber(relationships, "relationships"),
-                self._renumber(covariates, "covariates"))
-
-    def units(self, docs: pd.DataFrame, units: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-        return self._renumber(docs, "documents"), self._renumber(units, "text_units")
-
-    def communities(self, comms: pd.DataFrame) -> pd.DataFrame:
-        """Keep the number of every community whose membership (level + entities) is unchanged."""
-        if comms.empty:
-            return comms
-        old_of_id = self.prev.numbers("communities", "id", "community")
-        numbers = stable_numbers([str(i) for i in comms["id"]], old_of_id, int(self.floor.get("communities", -1)))
-        renum = {int(o): n for o, n in zip(comms["community"], numbers)}
-        comms = comms.copy()
-        comms["community"] = numbers
-        comms["human_readable_id"] = numbers
-        comms["parent"] = [renum.get(int(p), -1) for p in comms["parent"]]
-        comms["children"] = [[renum[int(c)] for c in ch] for ch in comms["children"]]
-        comms["title"] = [f"Community {n}" for n in numbers]
-        return comms
-
-    # -- what was recomputed and why --------------------------------------------------------------
-    def report(self, tables: dict[str, pd.DataFrame], stats: dict[str, Any]) -> dict[str, Any]:
-        prev = self.prev
-        out: dict[str, Any] = {"documents": self.info.get("documents", {}),
-                               "text_units": self.info.get("text_units", {"kept": len(tables["text_units"]),
-                                                                         "extracted": 0, "removed": 0})}
-        out["entities"] = _element_changes(prev.df("entities"), tables["entities"], "title")
-        out["relationships"] = _element_changes(prev.df("relationships"), tables["relationships"],
-                                                lambda r: f"{r['source']} -> {r['target']}")
-        out["communities"], out["community_reports"] = _community_changes(prev, tables)
-        for step in ("extract", "summarize", "community_reports", "embed"):
-            entry = stats["steps"].get(step, {})
-            out.setdefault("llm", {})[step] = {k: entry.get(k, 0) for k in ("calls", "cache_hits", "prompt_tokens",
-                                                                            "completion_tokens")}
-        # Remember the largest numbers ever given, so numbers of deleted rows are never reused.
-        floor = dict(self.floor)
-        for name in ("documents", "text_units", "entities", "relationships", "covariates", "communities"):
-            df = tables.get(name)
-            col = "community" if name == "communities" else "human_readable_id"
-            if df is not None and not df.empty and col in df:
-                floor[name] = max(int(floor.get(name, -1)), int(df[col].max()), *prev.numbers(
-                    name, "id", col).values())
-        write_json_atomic(prev.out / WORK_DIR / "numbers.json", floor)
-        return out
 
 
 def _names(df: pd.DataFrame, ids: set[str], label) -> list[str]:
@@ -230,7 +110,7 @@ def _element_changes(old: pd.DataFrame, new: pd.DataFrame, label) -> dict[str, A
     }
 
 
-def _community_changes(prev: Previous, tables: dict[str, pd.DataFrame]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _community_changes(prev: Numbering, tables: dict[str, pd.DataFrame]) -> tuple[dict[str, Any], dict[str, Any]]:
     old_c, new_c = prev.df("communities"), tables["communities"]
     old_r, new_r = prev.df("community_reports"), tables["community_reports"]
     old_ids = set(old_c["id"].astype(str))
@@ -328,14 +208,20 @@ async def run_update(settings: Settings, *, remove: list[str] | tuple[str, ...] 
     if not has_table(out, "documents") or not has_table(out, "text_units"):
         raise UpdateError(f"no index in {out} to update; run `sensegraph index` first")
     removed = remove_inputs(settings, list(remove), out) if remove else []
-    prev = Previous(out)
-    hooks = UpdateHooks(prev, log)
+    prev = Numbering(out)
+    stats_path = out / "stats.json"
+    previous_stats = json.loads(stats_path.read_text()) if stats_path.exists() else {}
     docs = load_documents(settings, warn=lambda m: None)
-    hooks.info["documents"] = {**diff_documents(prev.df("documents"), docs), "removed_by_option": removed}
-    d = hooks.info["documents"]
-    log(f"update: {len(d['new'])} new, {len(d['changed'])} changed, {len(d['deleted'])} deleted, "
-        f"{d['unchanged']} unchanged documents")
-    kwargs: dict[str, Any] = {"log": log, "cache": cache, "allow_partial": allow_partial, "hooks": hooks}
+    diff = {**diff_documents(prev.df("documents"), docs), "removed_by_option": removed}
+    log(f"update: {len(diff['new'])} new, {len(diff['changed'])} changed, {len(diff['deleted'])} deleted, "
+        f"{diff['unchanged']} unchanged documents")
+    kwargs: dict[str, Any] = {"log": log, "cache": cache, "allow_partial": True, "keep_numbers": True,
+                              "command": "sensegraph update"}
     if bar is not None:
         kwargs["bar"] = bar
-    return await run_index(settings, **kwargs)
+    result = await run_index(settings, **kwargs)
+    result.stats["update"] = update_report(prev, previous_stats, diff, result.tables, result.stats)
+    write_json_atomic(stats_path, result.stats)
+    if result.failures and not allow_partial:
+        raise IndexFailed(result.failures, stats_path)
+    return result

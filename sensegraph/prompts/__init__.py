@@ -10,11 +10,28 @@ and a user message (the data of this call).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).parent
 LANGUAGES = ("en", "zh")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# The prompts loaded while an indexing step runs (index/steps.py fingerprints their text).
+# A context variable, so the tasks a step starts report to it and other steps' tasks do not.
+_READS: ContextVar[set[tuple[str, str]] | None] = ContextVar("prompt_reads", default=None)
+
+
+@contextmanager
+def record_prompt_reads() -> Iterator[set[tuple[str, str]]]:
+    """Collect (name, language) of every prompt loaded inside the block."""
+    reads: set[tuple[str, str]] = set()
+    token = _READS.set(reads)
+    try:
+        yield reads
+    finally:
+        _READS.reset(token)
 
 
 def prompt_names() -> list[str]:
@@ -23,6 +40,8 @@ def prompt_names() -> list[str]:
 
 def load_prompt(name: str, language: str = "en", root: str | Path | None = None) -> str:
     language = language if language in LANGUAGES else "en"
+    if (reads := _READS.get()) is not None:
+        reads.add((name, language))
     candidates = []
     if root is not None:
         candidates.append(Path(root) / "prompts" / language / f"{name}.txt")

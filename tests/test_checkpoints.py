@@ -1,0 +1,111 @@
+"""Checkpoints are derived from what a step reads (index/steps.py), so a rerun after a failed call
+gives exactly the tables of a clean run, and a change to anything a step reads reruns it."""
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from mock_llm import start_mock_server
+from sensegraph.config import load_settings
+from sensegraph.index import steps
+from sensegraph.index.pipeline import IndexFailed
+from test_pipeline import DOCS, FaultyServer, index, schema_name, settings_for, snapshot, stats_json, write_docs
+
+
+# Two documents that state the same relationship in different words, so its descriptions are
+# summarised by the LLM (the mock's relationships join a unit's first capitalised phrases).
+ECHO = {"echo.txt": "The Harbor Cooperative of Port Ellison, founded by Maria Okafor and Daniel Reyes, "
+                    "held its annual meeting."}
+
+
+def _claims_call(body: dict[str, Any]) -> bool:
+    return schema_name(body) == "ExtractedClaims"
+
+
+def _relationship_summary(body: dict[str, Any]) -> bool:
+    text = " ".join(m.get("content") or "" for m in body.get("messages") or [] if isinstance(m.get("content"), str))
+    return "Entity or relationship:" in text and " -> " in text.split("Entity or relationship:", 1)[1].split("\n", 2)[0]
+
+
+@pytest.mark.parametrize("fails", [_claims_call, _relationship_summary], ids=["claims", "relationship-summary"])
+def test_fail_then_rerun_gives_the_tables_of_a_clean_run(tmp_path, fails):
+    """Run 1 loses some calls (claims, or relationship summaries that fall back to joined text);
+    run 2 against a healthy server must reach every table that depends on them: covariates,
+    relationship descriptions, and the community reports built from them."""
+    fresh, project = tmp_path / "fresh", tmp_path / "project"
+    sections = {"extraction": {"claims": True}}
+    for root in (fresh, project):
+        write_docs(root, {**DOCS, **ECHO})
+    with start_mock_server() as healthy:
+        index(settings_for(fresh, healthy, **sections))
+
+    with FaultyServer(fails).start() as broken:
+        with pytest.raises(IndexFailed):
+            index(settings_for(project, broken, max_retries=1, **sections))
+        assert broken.refused > 0
+    with start_mock_server() as healthy:
+        second = index(settings_for(project, healthy, **sections))
+    assert second.failures == {}
+    assert stats_json(project)["partial"] is False
+    got, want = snapshot(project / "output"), snapshot(fresh / "output")
+    for name in want:
+        assert got[name] == want[name], f"{name} differs from a clean run after fail-then-rerun"
+    assert want["covariates"], "the test corpus should yield claims"
+
+
+def test_a_change_to_a_setting_a_step_reads_reruns_it_and_only_what_depends_on_it(tmp_path):
+    write_docs(tmp_path, DOCS)
+    with start_mock_server() as server:
+        index(settings_for(tmp_path, server))
+        before = snapshot(tmp_path / "output")["communities"]
+        # communities.max_cluster_size is read by clustering only: extraction and summaries are
+        # skipped, clustering reruns; reports rerun only if the communities changed.
+        again = index(settings_for(tmp_path, server, communities={"max_cluster_size": 3}))
+    st = again.stats["steps"]
+    assert st["extract"].get("skipped") and st["summarize"].get("skipped")
+    assert not st["communities"].get("skipped")
+    assert snapshot(tmp_path / "output")["communities"] != before
+    state = json.loads((tmp_path / "output" / steps.STATE_FILE).read_text())
+    # what each step read was recorded by observation, not listed by hand
+    assert "communities.max_cluster_size" in state["communities"]["reads"]["settings"]
+    assert "communities.max_cluster_size" not in state["extract"]["reads"]["settings"]
+    assert any(p[0] == "extract_graph" for p in state["extract"]["reads"]["prompts"])
+
+
+def test_editing_a_prompt_reruns_the_step_that_loads_it(tmp_path):
+    write_docs(tmp_path, DOCS)
+    with start_mock_server() as server:
+        settings = settings_for(tmp_path, server)
+        index(settings)
+        from sensegraph.prompts import load_prompt
+        custom = tmp_path / "prompts" / "en" / "community_report.txt"
+        custom.parent.mkdir(parents=True, exist_ok=True)
+        custom.write_text(load_prompt("community_report", "en") + "\nBe brief.\n", encoding="utf-8")
+        again = index(settings)
+    st = again.stats["steps"]
+    assert st["extract"].get("skipped") and st["summarize"].get("skipped") and st["communities"].get("skipped")
+    assert not st["community_reports"].get("skipped") and st["community_reports"]["calls"] > 0
+
+
+def test_recorder_sees_reads_through_methods_and_sections(tmp_path):
+    settings = load_settings(tmp_path, env={})
+    rec = steps.SettingsRecorder(settings)
+    assert rec.extraction.max_gleanings == settings.extraction.max_gleanings
+    rec.summary_input_tokens()  # a Settings method: its own reads are recorded too
+    assert "extraction.max_gleanings" in rec.reads
+    assert any(r.startswith("summarize.") for r in rec.reads)
+    # a value read back through the recorded path is the value the step saw
+    assert steps.read_path(settings, "extraction.max_gleanings") == settings.extraction.max_gleanings
+
+
+def test_table_fingerprint_sees_content_order_and_list_cells():
+    a = pd.DataFrame({"id": ["x", "y"], "ids": [["1"], ["2", "3"]]})
+    b = a.copy()
+    b.at[1, "ids"] = ["2"]
+    assert steps.table_fingerprint(a) == steps.table_fingerprint(a.copy())
+    assert steps.table_fingerprint(a) != steps.table_fingerprint(b)
+    assert steps.table_fingerprint(a) != steps.table_fingerprint(a.iloc[::-1].reset_index(drop=True))
