@@ -286,17 +286,17 @@ def test_query_footer_tells_unsent_calls_from_failed_ones(monkeypatch):
 
     from rich.console import Console
 
-    from sensegraph import cli
+    from sensegraph.cli import query as query_cli
     from sensegraph.query.answer import QueryResult
     from sensegraph.query.context import Context
 
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=400))
+    monkeypatch.setattr(query_cli, "console", Console(file=buf, width=400))
     usage = {"calls": 2, "cache_hits": 1, "prompt_tokens": 900, "completion_tokens": 80,
              "budget_skipped": ["map batch 3", "map batch 4"]}
     result = QueryResult(question="q", method="global", answer="a", context=Context(), usage=usage,
                          failures=["map batch 2", "map batch 3", "map batch 4"])
-    cli._print_query_footer(result)
+    query_cli.print_footer(result)
     text = " ".join(buf.getvalue().split())
     assert "1 calls failed after every retry and are missing from this answer: map batch 2" in text
     assert "2 calls were not sent because the spending budget" in text

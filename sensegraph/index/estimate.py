@@ -12,9 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from rich.console import Console
-from rich.table import Table
-
 from ..config import Settings, load_settings
 from ..language import resolve_language
 from ..prompts import load_prompt
@@ -191,26 +188,3 @@ def measured_ratios(root: str | Path) -> dict[str, float]:
         "completion_per_input_token": max(0, steps["extract"]["completion_tokens"] - 5 * checks - 50 * units) / tokens,
     }
 
-
-def print_estimate(est: Estimate, settings: Settings, console: Console) -> None:
-    table = Table(title=f"Dry run: {est.documents} documents, {est.text_units} text units, {est.tokens:,} tokens")
-    for col in ("step", "calls", "prompt tokens", "completion tokens", "basis"):
-        table.add_column(col, justify="right" if col not in ("step", "basis") else "left")
-    for name, s in est.steps.items():
-        table.add_row(name, f"{s.calls:,}", f"{s.prompt_tokens:,}", f"{s.completion_tokens:,}",
-                      "prompts counted; answers: " + est.basis if s.exact else est.basis)
-    t = est.total()
-    table.add_row("total", f"{t.calls:,}", f"{t.prompt_tokens:,}", f"{t.completion_tokens:,}", "")
-    console.print(table)
-    if est.spread:
-        lo, hi = est.spread
-        console.print(f"Had this corpus behaved like each measured index: {lo.calls:,} to {hi.calls:,} calls, "
-                      f"{lo.prompt_tokens + lo.completion_tokens:,} to {hi.prompt_tokens + hi.completion_tokens:,} "
-                      "tokens. The graph a model finds differs from run to run, so later steps vary.")
-    c = settings.chat
-    if c.price_per_1k_prompt or c.price_per_1k_completion:
-        cost = (t.prompt_tokens * c.price_per_1k_prompt + t.completion_tokens * c.price_per_1k_completion) / 1000
-        console.print(f"Estimated cost: {cost:.2f} (chat.price_per_1k_* in settings.yaml)")
-    else:
-        console.print("Set chat.price_per_1k_prompt and price_per_1k_completion to see a cost estimate.")
-    console.print("Embeddings: one per text unit, entity and report (the local embedder costs nothing).")

@@ -196,32 +196,6 @@ async def run_doctor(settings: Settings) -> list[Check]:
     return checks
 
 
-def print_report(checks: list[Check]) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title="sensegraph doctor", show_lines=True)
-    table.add_column("check")
-    table.add_column("", justify="center")
-    table.add_column("what happened", overflow="fold")
-    table.add_column("latency", justify="right")
-    for c in checks:
-        detail = escape(c.detail)
-        if c.figures:
-            detail += "\n" + "  ".join(f"[dim]{escape(k)}[/dim] {escape(str(v))}"
-                                       for k, v in c.figures.items() if v is not None)
-        latency = f"{c.latency_s:.2f}s" if c.latency_s is not None else ""
-        table.add_row(c.name, "[green]ok[/green]" if c.ok else "[red]FAIL[/red]", detail, latency)
-    console.print(table)
-    failed = [c for c in checks if not c.ok]
-    if failed:
-        console.print(f"[red]{len(failed)} of {len(checks)} checks failed.[/red] Fix the first one first.")
-    else:
-        console.print("[green]All checks passed.[/green]")
-
-
 # -- preflight: the checks `sensegraph index` makes before any work -----------------------------
 PREFLIGHT_TIMEOUT = 30.0
 

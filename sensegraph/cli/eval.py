@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from .common import console, fail, progress_bars, settings_for
+
 NAME_OPTION = click.option("--name", "-n", "name", default="default", show_default=True,
                            help="Evaluation name: results live in <root>/evaluation/<name>/.")
 LIMIT_OPTION = click.option("--limit", type=click.IntRange(min=1), default=None,
@@ -29,10 +31,9 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 
 def _ctx(root: str, name: str, no_cache: bool = False):
-    from ..cli import _settings
-    from .store import EvalStore
+    from ..evaluate.store import EvalStore
 
-    settings = _settings(root)
+    settings = settings_for(root)
     return settings, EvalStore.for_project(settings, name)
 
 
@@ -45,8 +46,6 @@ def _chat(settings, no_cache: bool):
 
 
 def _log(message: str) -> None:
-    from ..cli import console
-
     console.print(message, highlight=False, soft_wrap=True)
 
 
@@ -65,18 +64,12 @@ def _print_run(run: dict) -> None:
 
 
 def _conditions_for(store, given: tuple[str, ...]) -> list[str]:
-    from .answers import answered_conditions
+    from ..evaluate.answers import answered_conditions
 
     conds = _split(given) or answered_conditions(store)
     if not conds:
-        _fail("no answers stored yet: run `sensegraph eval answer --conditions C0,C1,TS,SS` first")
+        fail("no answers stored yet: run `sensegraph eval answer --conditions C0,C1,TS,SS` first")
     return conds
-
-
-def _fail(message: str, code: int = 2) -> None:
-    from ..cli import _fail as fail
-
-    fail(message, code)
 
 
 def _need(*modules: str) -> None:
@@ -85,7 +78,7 @@ def _need(*modules: str) -> None:
 
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        _fail(f"this command needs {', '.join(missing)}: pip install 'sensegraph[eval]'")
+        fail(f"this command needs {', '.join(missing)}: pip install 'sensegraph[eval]'")
 
 
 def _run(coro):
@@ -94,9 +87,9 @@ def _run(coro):
     try:
         return asyncio.run(coro)
     except (FileNotFoundError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except LLMError as exc:
-        _fail(str(exc), code=1)
+        fail(str(exc), code=1)
 
 
 @click.group("eval", context_settings={"help_option_names": ["-h", "--help"]})
@@ -141,7 +134,7 @@ def questions_cmd(root, name, description, description_file, k, n, m, from_file,
       sensegraph eval questions -d "News articles about health policy" -K 2 -N 2 -M 2
       sensegraph eval questions --from ../shared/data/podcast/questions.csv
     """
-    from .questions import corpus_description, estimate_question_calls, generate_questions, load_questions
+    from ..evaluate.questions import corpus_description, estimate_question_calls, generate_questions, load_questions
 
     settings, store = _ctx(root, name)
     if store.path("questions").exists() and not force:
@@ -151,12 +144,12 @@ def questions_cmd(root, name, description, description_file, k, n, m, from_file,
     if force and store.path("answers").exists():
         # Stored answers and judgements are keyed by question id; new questions under old ids
         # would silently mix two question sets.
-        _fail(f"{store.folder} already has answers to these questions; start a new evaluation with --name")
+        fail(f"{store.folder} already has answers to these questions; start a new evaluation with --name")
     if from_file:
         try:
             rows = load_questions(from_file)
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         if not dry_run:
             store.write_all("questions", rows)
         _log(f"loaded {len(rows)} questions into {store.path('questions')}")
@@ -172,12 +165,11 @@ def questions_cmd(root, name, description, description_file, k, n, m, from_file,
         try:
             description = corpus_description(settings)
         except FileNotFoundError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         _log(f"[dim]corpus description from the index:\n{description}[/]")
     import time
 
-    from ..cli import progress_bars
-    from .store import usage_totals
+    from ..evaluate.store import usage_totals
 
     started = time.monotonic()
     llm = _chat(settings, no_cache)
@@ -215,14 +207,13 @@ def questions_cmd(root, name, description, description_file, k, n, m, from_file,
 @NO_CACHE_OPTION
 def answer_cmd(root, name, conditions, limit, context_tokens, parallel, dry_run, no_cache):
     """Answer every question under each condition; keeps answer, context size and usage."""
-    from ..cli import progress_bars
-    from .answers import parse_condition, run_answers
+    from ..evaluate.answers import parse_condition, run_answers
 
     settings, store = _ctx(root, name)
     try:
         conds = [parse_condition(c) for c in _split(conditions)]
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     out = _run(run_answers(settings, store, conds, limit=limit, context_tokens=context_tokens, parallel=parallel,
                            cache=False if no_cache else None, dry_run=True))
     for c in out["conditions"]:
@@ -254,17 +245,16 @@ def answer_cmd(root, name, conditions, limit, context_tokens, parallel, dry_run,
 @NO_CACHE_OPTION
 def judge_cmd(root, name, conditions, repeats, criteria, aa, temperature, limit, dry_run, no_cache):
     """Pairwise LLM judge on comprehensiveness, diversity, empowerment and directness."""
-    from ..cli import progress_bars
-    from .judge import CRITERIA, run_judge
+    from ..evaluate.judge import CRITERIA, run_judge
 
     settings, store = _ctx(root, name)
     conds = _conditions_for(store, conditions)
     crits = tuple(_split((criteria,)))
     bad = [c for c in crits if c not in CRITERIA]
     if bad:
-        _fail(f"unknown criteria {', '.join(bad)}; choose from {', '.join(CRITERIA)}")
+        fail(f"unknown criteria {', '.join(bad)}; choose from {', '.join(CRITERIA)}")
     if len(conds) < 2 and not aa:
-        _fail("judging needs two conditions (or --aa to judge one against itself)")
+        fail("judging needs two conditions (or --aa to judge one against itself)")
     kw = dict(repeats=repeats, criteria=crits, aa=aa, limit=limit, temperature=temperature, root=settings.root)
     est = _run(run_judge(None, store, conds, dry_run=True, **kw))["estimate"]
     _print_estimate("judge", est)
@@ -297,15 +287,14 @@ def judge_cmd(root, name, conditions, repeats, criteria, aa, temperature, limit,
 def claims_cmd(root, name, conditions, thresholds, limit, dry_run, no_cache):
     """Extract atomic claims per answer; count claims and ROUGE-L claim clusters."""
     _need("rouge_score", "scipy")
-    from ..cli import progress_bars
-    from .claims import run_claims
+    from ..evaluate.claims import run_claims
 
     settings, store = _ctx(root, name)
     conds = _conditions_for(store, conditions)
     try:
         ts = tuple(sorted(float(t) for t in _split((thresholds,))))
     except ValueError:
-        _fail(f"--thresholds: numbers between 0 and 1, e.g. 0.5,0.6 (got {thresholds!r})")
+        fail(f"--thresholds: numbers between 0 and 1, e.g. 0.5,0.6 (got {thresholds!r})")
     est = _run(run_claims(None, store, conds, limit=limit, thresholds=ts, dry_run=True))["estimate"]
     _print_estimate("claims", est)
     if dry_run:
@@ -331,7 +320,7 @@ def claims_cmd(root, name, conditions, thresholds, limit, dry_run, no_cache):
 def report_cmd(root, name, conditions, as_json):
     """Write report.md, results.json and figures/*.png from the stored results (no LLM call)."""
     _need("scipy", "statsmodels", "matplotlib")
-    from .report import write_report
+    from ..evaluate.report import write_report
 
     settings, store = _ctx(root, name)
     conds = _conditions_for(store, conditions)
@@ -362,15 +351,15 @@ def run_cmd(ctx, root, name, conditions, description, k, n, m, repeats, context_
 
     Prints the estimate of LLM calls of the whole run first; --dry-run stops there.
     """
-    from .answers import calls_per_question, parse_condition
-    from .questions import estimate_question_calls
+    from ..evaluate.answers import calls_per_question, parse_condition
+    from ..evaluate.questions import estimate_question_calls
 
     settings, store = _ctx(root, name)
     try:
         conds = [parse_condition(c) for c in _split(conditions)]
         per_q = calls_per_question(settings, conds, context_tokens)
     except (ValueError, FileNotFoundError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     have = store.path("questions").exists()
     n_q = len(store.rows("questions")) if have else k * n * m
     n_q = min(n_q, limit) if limit else n_q

@@ -1,0 +1,4 @@
+"""`python -m sensegraph.cli ...`, as the `sensegraph` script."""
+from . import main
+
+main()
