@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,39 +84,20 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
     out = settings.path(settings.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     numbering = Numbering(out) if keep_numbers or Numbering.kept_in(out) else None
-    usage = Usage(settings.chat.price_per_1k_prompt, settings.chat.price_per_1k_completion,
-                  settings.embedding.price_per_1k_prompt)
-    answer_cache = open_cache(settings, cache)
-    llm = open_chat(settings, cache=answer_cache, usage=usage)
-    embedder = open_embedder(settings, cache=answer_cache, usage=usage)
     stats: dict[str, Any] = {"steps": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     failures: dict[str, list[str]] = {}
-    budget_items: dict[str, int] = {}  # items of each budgeted step run so far
-    prefetch: asyncio.Task | None = None
-
-    def check_budget(step: str, output: Output) -> None:
-        # Between computing and writing a step: a step cut short writes none of its tables
-        # (those of the last complete run stay) and no later step runs on its partial output.
-        failures[step] = output.failed
-        if step in BUDGET_STEPS:
-            budget_items[step] = output.items
-            if llm.budget_reached:
-                raise _budget_stop(step, llm, out, stats, failures, budget_items, command)
-
-    steps = Steps(settings, out, stats, before_write=check_budget)
-    try:
+    async with _models(settings, cache) as (usage, llm, embedder, background):
+        steps = Steps(settings, out, stats, before_write=_budget_check(llm, out, stats, failures, command))
         # 1. documents -> 2. text units (no LLM; cheap, always recomputed to see input changes)
         docs = (await steps.run("documents", _documents, checkpoint=False, extra={"log": log})).tables["documents"]
-        language = resolve_language(settings.language, docs["text"])
-        stats["language"] = language
+        language = stats["language"] = resolve_language(settings.language, docs["text"])
         units = (await steps.run("text_units", _text_units, checkpoint=False, documents=docs)).tables["text_units"]
         # Text-unit vectors are computed alongside extraction (into the cache), not after it.
-        prefetch = embed.prefetch_text_units(units, embedder)
+        prefetch = background(embed.prefetch_text_units(units, embedder))
         # 3. element instances: one extraction per text unit, plus gleaning
-        work = await steps.run("extract", _extract, writes=INSTANCES, units=units, llm=llm, language=language,
-                               extra={"advance": bar("extract", len(units)),
-                                      "previous": steps.previous("extract", INSTANCES, {
-                                          "units": units, "llm": llm, "language": language})})
+        reads = {"units": units, "llm": llm, "language": language}
+        work = await steps.run("extract", _extract, writes=INSTANCES, **reads, extra={
+            "advance": bar("extract", len(units)), "previous": steps.previous("extract", INSTANCES, reads)})
         _warn_if_empty(units, work, log)
         # 4. element summaries: entities, relationships, claims (covariates)
         elements = (await steps.run("summarize", _summarize, writes=ELEMENTS, units=units, llm=llm,
@@ -137,26 +119,58 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         # 7. embeddings for search
         tables = {"documents": docs, "text_units": units, **elements, "communities": comms,
                   "community_reports": reports}
-        embedded = await steps.run("embed", _embed, checkpoint=False, tables=tables, embedder=embedder,
-                                   extra={"prefetch": prefetch, "out": out, "bar": bar})
-        failures["embed"] = embedded.failed
+        await steps.run("embed", _embed, checkpoint=False, tables=tables, embedder=embedder,
+                        extra={"prefetch": prefetch, "out": out, "bar": bar})
         if numbering is not None:
             numbering.save(tables)
-        stats["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         stats_path = _finish_stats(stats, usage, failures, out)
+    if stats["failures"] and not allow_partial:
+        raise IndexFailed(stats["failures"], stats_path)
+    return IndexResult(out, tables, stats, stats["failures"])
+
+
+@asynccontextmanager
+async def _models(settings: Settings, cache: bool | None):
+    """(usage, chat client, embedder, background): `background(task)` registers a task to cancel
+    if the run ends early. Everything is closed also on an exception or a cancellation (Ctrl-C)."""
+    usage = Usage(settings.chat.price_per_1k_prompt, settings.chat.price_per_1k_completion,
+                  settings.embedding.price_per_1k_prompt)
+    answer_cache = open_cache(settings, cache)
+    llm = open_chat(settings, cache=answer_cache, usage=usage)
+    embedder = open_embedder(settings, cache=answer_cache, usage=usage)
+    tasks: list[asyncio.Task] = []
+
+    def background(task: asyncio.Task | None) -> asyncio.Task | None:
+        if task is not None:
+            tasks.append(task)
+        return task
+    try:
+        yield usage, llm, embedder, background
     finally:
-        # Also on an exception or a cancellation (Ctrl-C): close connections and the cache.
-        if prefetch is not None and not prefetch.done():
-            prefetch.cancel()
-            await asyncio.gather(prefetch, return_exceptions=True)
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await llm.aclose()
         await embedder.aclose()
         if answer_cache is not None:
             answer_cache.close()
-    failures = stats["failures"]
-    if failures and not allow_partial:
-        raise IndexFailed(failures, stats_path)
-    return IndexResult(out, tables, stats, failures)
+
+
+def _budget_check(llm: ChatClient, out: Path, stats: dict[str, Any], failures: dict[str, list[str]],
+                  command: str) -> Callable[[str, Output], None]:
+    """What the runner calls between computing a step and writing its tables: record its failed
+    items, and stop the run if the spending budget is used up. A step cut short writes none of
+    its tables (those of the last complete run stay), and no later step runs on its output."""
+    items: dict[str, int] = {}  # items of each budgeted step run so far
+
+    def check(step: str, output: Output) -> None:
+        failures[step] = output.failed
+        if step in BUDGET_STEPS:
+            items[step] = output.items
+            if llm.budget_reached:
+                raise _budget_stop(step, llm, out, stats, failures, items, command)
+    return check
 
 
 # -- the steps, as the runner calls them -----------------------------------------------------------
@@ -256,6 +270,7 @@ def _warn_if_empty(units: pd.DataFrame, work: Output, log: Callable[[str], None]
 
 
 def _finish_stats(stats: dict[str, Any], usage: Usage, failures: dict[str, list[str]], out: Path) -> Path:
+    stats["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     _add_usage(stats, usage, failures)
     stats["failures"] = {k: v for k, v in failures.items() if v}
     stats["partial"] = bool(stats["failures"])
