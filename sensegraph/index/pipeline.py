@@ -95,9 +95,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         # Text-unit vectors are computed alongside extraction (into the cache), not after it.
         prefetch = background(embed.prefetch_text_units(units, embedder))
         # 3. element instances: one extraction per text unit, plus gleaning
-        reads = {"units": units, "llm": llm, "language": language}
-        work = await steps.run("extract", _extract, writes=INSTANCES, **reads, extra={
-            "advance": bar("extract", len(units)), "previous": steps.previous("extract", INSTANCES, reads)})
+        work = await steps.run("extract", _extract, writes=INSTANCES, reuse=True, units=units, llm=llm,
+                               language=language, extra={"advance": bar("extract", len(units))})
         _warn_if_empty(units, work, log)
         # 4. element summaries: entities, relationships, claims (covariates)
         elements = (await steps.run("summarize", _summarize, writes=ELEMENTS, units=units, llm=llm,

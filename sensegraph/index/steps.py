@@ -208,25 +208,26 @@ class Steps:
     def _paths(self, writes: dict[str, str]) -> dict[str, Path]:
         return {name: self.out / folder / f"{name}.parquet" for name, folder in writes.items()}
 
-    def previous(self, name: str, writes: dict[str, str], inputs: dict[str, Any]) -> dict[str, pd.DataFrame] | None:
+    def _previous(self, name: str, paths: dict[str, Path], fps: dict[str, Any]) -> dict[str, pd.DataFrame] | None:
         """The tables of the step's last complete run if it ran with the same settings, prompts,
-        code and model (only its input tables differ), else None: items whose input is unchanged
-        may be taken from them (extraction keeps the instances of unchanged text units)."""
+        code and model (only its input tables differ), else None."""
         entry = self.state.get(name)
-        paths = self._paths(writes)
         if not entry or not all(p.exists() for p in paths.values()):
             return None
-        if self._fingerprints(entry["reads"], self._input_fingerprints(inputs))[0] != entry["config"]:
+        if self._fingerprints(entry["reads"], fps)[0] != entry["config"]:
             return None
         return {n: read_table(p.parent, n) for n, p in paths.items()}
 
     async def run(self, name: str, fn: Callable[..., Awaitable[Output] | Output], *,
-                  writes: dict[str, str] | None = None, checkpoint: bool = True,
+                  writes: dict[str, str] | None = None, checkpoint: bool = True, reuse: bool = False,
                   extra: dict[str, Any] | None = None, **inputs: Any) -> Output:
         """Run step `name`: `fn(**inputs, settings=recorder, **extra)`. `writes` maps each table
         it returns to a folder under output/ ("" or "_work"); `extra` holds what is not read
-        (progress bars, the previous tables). `checkpoint=False` for steps that read files or
-        write their own (documents, embeddings): always run, only timed and reported."""
+        (progress bars, a log). `checkpoint=False` for steps that read files or write their own
+        (documents, embeddings): always run, only timed and reported. `reuse=True` also passes
+        `previous`: the step's tables of its last complete run when that ran with the same
+        settings, prompts, code and model, else None, so items whose input is unchanged can be
+        taken from them (extraction keeps the instances of unchanged text units)."""
         writes = writes or {}
         t0 = time.perf_counter()
         entry_stats: dict[str, Any] = {}
@@ -239,8 +240,9 @@ class Steps:
             output = Output({n: read_table(p.parent, n) for n, p in paths.items()}, stats={"skipped": True})
         else:
             recorder = SettingsRecorder(self.settings)
+            extra = {**(extra or {}), **({"previous": self._previous(name, paths, fps)} if reuse else {})}
             with record_prompt_reads() as prompts:
-                output = fn(**inputs, settings=recorder, **(extra or {}))
+                output = fn(**inputs, settings=recorder, **extra)
                 if inspect.isawaitable(output):
                     output = await output
             work = {n for n, f in writes.items() if f}
