@@ -28,11 +28,10 @@ updated index and a fresh one resolve alike.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import unicodedata
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any, Callable
@@ -496,7 +495,7 @@ async def resolve_entities(entities: pd.DataFrame, relationships: pd.DataFrame, 
 
 async def resolve_in_pipeline(entities, relationships, covariates, llm, embedder, *, settings: Settings,
                               language: str):
-    """The pipeline's hook (resolution.enabled): merged tables + a summary for stats.json."""
+    """Called by the summarize step when resolution.enabled: merged tables + a summary for stats.json."""
     res = await resolve_entities(entities, relationships, llm, embedder, settings=settings, language=language)
     ents, rels, covs = await merge(entities, relationships, covariates, res.groups, llm, settings=settings,
                                    language=language)
