@@ -109,3 +109,23 @@ def test_table_fingerprint_sees_content_order_and_list_cells():
     assert steps.table_fingerprint(a) == steps.table_fingerprint(a.copy())
     assert steps.table_fingerprint(a) != steps.table_fingerprint(b)
     assert steps.table_fingerprint(a) != steps.table_fingerprint(a.iloc[::-1].reset_index(drop=True))
+
+
+def test_index_after_an_update_keeps_its_numbers_and_costs_nothing(tmp_path):
+    """An updated index has stable numbers (numbering.py); a later `index` run keeps them, so it
+    neither renumbers rows nor rewrites the reports whose context quotes those numbers."""
+    from sensegraph.index.update import run_update
+
+    first = dict(list(DOCS.items())[:2])
+    write_docs(tmp_path, first)
+    with start_mock_server() as server:
+        settings = settings_for(tmp_path, server)
+        index(settings)
+        write_docs(tmp_path, DOCS)  # one document more
+        asyncio.run(run_update(settings, log=lambda m: None))
+        updated = snapshot(tmp_path / "output")
+        before = server.stats["requests"]
+        again = index(settings)
+        assert server.stats["requests"] == before, "index after update made requests"
+    assert again.stats["steps"]["community_reports"].get("skipped")
+    assert snapshot(tmp_path / "output") == updated
