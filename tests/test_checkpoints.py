@@ -129,3 +129,23 @@ def test_index_after_an_update_keeps_its_numbers_and_costs_nothing(tmp_path):
         assert server.stats["requests"] == before, "index after update made requests"
     assert again.stats["steps"]["community_reports"].get("skipped")
     assert snapshot(tmp_path / "output") == updated
+
+
+def test_a_run_stopped_by_its_budget_leaves_no_checkpoint_over_its_partial_tables(tmp_path):
+    """Extraction writes its work tables even when the budget stops the run; from then on they
+    are not those of the last complete run, so going back to that run's input must not skip
+    the step with them."""
+    from sensegraph.index.pipeline import BudgetStopped
+
+    first = dict(list(DOCS.items())[:2])
+    write_docs(tmp_path, first)
+    with start_mock_server() as server:
+        index(settings_for(tmp_path, server))
+        complete = snapshot(tmp_path / "output")
+        write_docs(tmp_path, {"extra.txt": DOCS["observatory.txt"]})
+        with pytest.raises(BudgetStopped):
+            index(settings_for(tmp_path, server, concurrency=1, chat={**settings_for(
+                tmp_path, server).chat.model_dump(), "concurrency": 1, "budget_tokens": 1}))
+        (tmp_path / "input" / "extra.txt").unlink()
+        index(settings_for(tmp_path, server))
+    assert snapshot(tmp_path / "output") == complete

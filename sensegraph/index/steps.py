@@ -245,6 +245,10 @@ class Steps:
                 output = fn(**inputs, settings=recorder, **extra)
                 if inspect.isawaitable(output):
                     output = await output
+            if checkpoint and self.state.pop(name, None) is not None:
+                # The tables are about to change: until this run marks the step again, no later
+                # run may take them for those of the last complete run.
+                write_json_atomic(self.path, self.state)
             work = {n for n, f in writes.items() if f}
             for n in work:  # intermediate tables: kept even when the run stops here
                 write_table(output.tables[n], paths[n].parent, n)
@@ -259,8 +263,7 @@ class Steps:
 
     def _mark(self, name: str, output: Output, reads: dict[str, Any], fps: dict[str, Any]) -> None:
         if output.failed:
-            self.state.pop(name, None)  # incomplete: the rerun does it again
-        else:
-            config, full = self._fingerprints(reads, fps)
-            self.state[name] = {"fingerprint": full, "config": config, "reads": reads}
+            return  # incomplete: the rerun does it again
+        config, full = self._fingerprints(reads, fps)
+        self.state[name] = {"fingerprint": full, "config": config, "reads": reads}
         write_json_atomic(self.path, self.state)
