@@ -255,6 +255,87 @@ def test_stream_yields_the_answer(mock_server):
     assert (use.calls, use.requests) == (1, 1) and use.completion_tokens > 0
 
 
+# -- streaming: the same path as complete() (cache, budget, retries, usage) -----------------------
+STREAMED = "The Harbor Cooperative was founded in 1998 by Maria Okafor and Daniel Reyes."
+
+
+def _sse(text: str, *, drop_after: int | None = None, pieces: int = 5) -> httpx.Response:
+    """A streamed chat answer in `pieces` chunks; with `drop_after`, the connection breaks after
+    that many chunks were sent (an httpx error inside the stream, as a reset socket gives)."""
+    step = -(-len(text) // pieces)
+
+    def event(delta: dict | None, finish: str | None = None, usage: dict | None = None) -> bytes:
+        chunk = {"id": "s", "object": "chat.completion.chunk", "created": 0, "model": "scripted",
+                 "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+                 "usage": usage}
+        return f"data: {json.dumps(chunk)}\n\n".encode()
+
+    async def body():
+        yield event({"role": "assistant", "content": ""})
+        for n, i in enumerate(range(0, len(text), step)):
+            if n == drop_after:
+                raise httpx.ReadError("connection reset by peer")
+            yield event({"content": text[i:i + step]})
+        yield event({}, "stop")
+        yield event(None, usage={"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21})
+        yield b"data: [DONE]\n\n"
+
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+
+
+def _streamed(client: ChatClient, item: str = "answer") -> tuple[list[str], BaseException | None]:
+    pieces: list[str] = []
+
+    async def collect():
+        async for piece in client.stream([{"role": "user", "content": "Who founded the cooperative?"}],
+                                         step="reduce", item=item, max_tokens=100):
+            pieces.append(piece)
+
+    try:
+        asyncio.run(collect())
+    except LLMError as exc:
+        return pieces, exc
+    return pieces, None
+
+
+def test_a_stream_that_drops_midway_is_retried_and_its_answer_cached(tmp_path):
+    replies = iter([_sse(STREAMED, drop_after=2), _sse(STREAMED)])
+    llm = scripted.ScriptedLLM(lambda body: next(replies))
+    client = llm.client(cache=tmp_path / "llm.sqlite")
+    pieces, error = _streamed(client)
+    assert error is None
+    # What the reader saw is the whole answer once: the retry's repeat of the shown part is not
+    # shown again.
+    assert "".join(pieces) == STREAMED
+    use = client.usage.step("reduce")
+    assert (use.calls, use.requests, use.retries, use.failures) == (1, 2, 1, [])
+    assert use.completion_tokens == 9  # the answer we kept; the dropped attempt reported none
+    assert llm.requests[0] == llm.requests[1] and llm.requests[0]["stream"] is True  # resent as it was
+
+    # The answer is in the cache: streaming it again, or asking without streaming, sends nothing.
+    again = llm.client(cache=tmp_path / "llm.sqlite")
+    pieces, error = _streamed(again)
+    assert error is None and pieces == [STREAMED]
+    assert asyncio.run(again.complete([{"role": "user", "content": "Who founded the cooperative?"}],
+                                      step="reduce", max_tokens=100)) == STREAMED
+    assert len(llm.requests) == 2 and again.usage.step("reduce").cache_hits == 2
+
+
+def test_a_retried_stream_that_answers_differently_is_never_spliced_into_the_shown_text(tmp_path):
+    other = "Nobody knows who founded it, the records were lost in the Great Storm of 2012."
+    first = iter([_sse(STREAMED, drop_after=2)])
+    llm = scripted.ScriptedLLM(lambda body: next(first, None) or _sse(other))
+    settings = ChatSettings(provider="openai", model="scripted", base_url="http://scripted/v1",
+                            retry_base_seconds=0.001, max_retries=2)
+    client = llm.client(settings, cache=tmp_path / "llm.sqlite")
+    pieces, error = _streamed(client, item="q7")
+    assert isinstance(error, LLMError) and "q7" in str(error) and "differs" in str(error)
+    shown = "".join(pieces)
+    assert shown and STREAMED.startswith(shown)  # only the first attempt's text, never a mix
+    use = client.usage.step("reduce")
+    assert (use.requests, use.retries, use.failures) == (3, 2, ["q7"])
+
+
 # -- limits.py ------------------------------------------------------------------------------------
 def test_backoff_delay_honours_retry_after():
     for attempt in range(6):
@@ -306,18 +387,44 @@ def test_rate_limiter_tokens_per_window():
 
 
 def test_cut_off_json_is_not_repaired_into_a_partial_answer():
-    from sensegraph.llm.client import _Retryable, _validated
+    from sensegraph.llm.client import _validated
+    from sensegraph.llm.transport import Retryable
 
     whole = ('{"entities": [{"name": "Acme", "type": "organization", "description": "d"}], '
              '"relationships": []}')
-    assert Extraction.model_validate_json(_validated(whole, Extraction)).entities[0].name == "Acme"
+    assert Extraction.model_validate_json(_validated(whole, Extraction)[0]).entities[0].name == "Acme"
     # Near-JSON is repaired: code fences, trailing commas.
-    assert _validated("```json\n" + whole[:-1] + ",}\n```", Extraction)
+    assert _validated("```json\n" + whole[:-1] + ",}\n```", Extraction)[0]
     # json_repair would close the brackets and return a valid object holding half the answer.
-    with pytest.raises(_Retryable, match="cut off"):
+    with pytest.raises(Retryable, match="cut off"):
         _validated(whole[:-1], Extraction)
-    with pytest.raises(_Retryable, match="cut off"):
+    with pytest.raises(Retryable, match="cut off"):
         _validated("```json\n" + whole[:60], Extraction)
+
+
+def test_lists_past_max_items_are_cut_to_their_first_items_wherever_they_are():
+    from sensegraph.llm.client import _validated, strict_schema
+
+    class Tag(BaseModel):
+        labels: list[str] = Field(max_length=2)
+
+    class Answer(BaseModel):
+        tags: list[Tag] = Field(max_length=3)                       # a $ref in pydantic's schema
+        maybe: list[int] | None = Field(max_length=1)               # anyOf [array, null]
+        hinted: list[int] = Field(json_schema_extra={"maxItems": 2})  # a schema hint pydantic never checks
+        free: list[int]
+
+    reply = {"tags": [{"labels": ["a", "b", "c"]}] * 4, "maybe": [1, 2], "hinted": [1, 2, 3], "free": [1] * 9}
+    content, cut = _validated(json.dumps(reply), Answer)
+    answer = Answer.model_validate_json(content)
+    assert [t.labels for t in answer.tags] == [["a", "b"]] * 3 and answer.maybe == [1] and answer.hinted == [1, 2]
+    assert answer.free == [1] * 9
+    assert cut == 1 + 3 + 1 + 1  # tags, the labels of each kept tag, maybe, hinted
+    # The JSON-mode path (code fence, trailing comma: repaired first) cuts the same way.
+    fenced = "```json\n" + json.dumps(reply)[:-1] + ",}\n```"
+    assert _validated(fenced, Answer) == (content, cut)
+    assert _validated(json.dumps({**reply, "maybe": None}), Answer)[1] == 5
+    assert strict_schema(Answer)["properties"]["tags"]["maxItems"] == 3
 
 
 def test_strict_schema_keeps_properties_named_title_or_default():

@@ -8,6 +8,7 @@ also retry replies that are not valid JSON for the requested schema.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import json
@@ -22,24 +23,15 @@ from pydantic import BaseModel, ValidationError
 from ..config import ChatSettings
 from ..tokens import count_tokens
 from .cache import Cache, cache_key
-from .limits import RateLimiter, backoff_delay, parse_retry_after
+from .limits import RateLimiter, backoff_delay
+from .transport import LLMError, Retryable, describe_error, open_client, transient
 from .usage import Usage
 
 T = TypeVar("T", bound=BaseModel)
 # Identical invalid answers in a row after which retries change temperature and seed.
 SAME_BAD_ANSWERS_BEFORE_VARYING = 3
 Messages = list[dict[str, str]]
-
-
-class LLMError(RuntimeError):
-    """A request failed for good; the message names what it was for and why."""
-
-    def __init__(self, purpose: str, reason: str, attempts: int = 0):
-        self.purpose = purpose
-        self.reason = reason
-        self.attempts = attempts
-        tries = f" after {attempts} attempt{'s' * (attempts != 1)}" if attempts else ""
-        super().__init__(f"{purpose} failed{tries}: {reason}")
+Usage3 = tuple[int, int, int]  # prompt, completion and server-cached prompt tokens of one request
 
 
 class BudgetReached(LLMError):
@@ -53,18 +45,6 @@ class BudgetReached(LLMError):
         self.reason = limit
         self.attempts = 0
         RuntimeError.__init__(self, f"{purpose} not sent: {limit}")
-
-
-class _Retryable(Exception):
-    """A failed attempt worth repeating. `answer` is set when the server did answer, but with
-    something unusable; `repeats` when the same request is known to give the same bad answer."""
-
-    def __init__(self, reason: str, retry_after: float | None = None, *, answer: str | None = None,
-                 repeats: bool = False):
-        super().__init__(reason)
-        self.retry_after = retry_after
-        self.answer = answer
-        self.repeats = repeats
 
 
 def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -184,20 +164,7 @@ class ChatClient:
                 if self._endpoint is not None:
                     self._base_url, model = await self._endpoint()
                     self.model = self.model or model
-                s = self.settings
-                http = self._http_client or httpx.AsyncClient(
-                    timeout=httpx.Timeout(s.timeout, connect=min(30.0, s.timeout)),
-                    limits=httpx.Limits(max_connections=s.concurrency + 4, max_keepalive_connections=s.concurrency + 4),
-                )
-                common: dict[str, Any] = dict(
-                    api_key=s.api_key or "sensegraph-no-key", max_retries=0, timeout=s.timeout, http_client=http
-                )
-                if s.api_version:
-                    self._client = openai.AsyncAzureOpenAI(
-                        azure_endpoint=self._base_url, api_version=s.api_version, **common
-                    )
-                else:
-                    self._client = openai.AsyncOpenAI(base_url=self._base_url, **common)
+                self._client = open_client(self.settings, self._base_url, self._http_client)
         return self._client
 
     # -- public API ---------------------------------------------------------------------------
@@ -224,7 +191,9 @@ class ChatClient:
         max_tokens: int,
         temperature: float | None = None,
     ) -> T:
-        """An answer validated against `schema`; invalid replies are retried, never returned."""
+        """An answer validated against `schema`; invalid replies are retried, never returned.
+        Lists longer than the schema's `maxItems` are cut to their first items (counted in
+        usage as `truncated`), as a server with constrained decoding would have ended them."""
         text = await self._call(messages, step=step, item=item, max_tokens=max_tokens,
                                 temperature=temperature, schema=schema)
         return schema.model_validate_json(text)
@@ -232,42 +201,26 @@ class ChatClient:
     async def stream(
         self, messages: Messages, *, step: str, item: str = "", max_tokens: int, temperature: float | None = None
     ) -> AsyncIterator[str]:
-        """Yield the answer as it is generated; a cached answer is yielded whole."""
-        temperature = self.settings.temperature if temperature is None else temperature
-        key = self._key(messages, max_tokens, temperature, None)
-        use = self.usage.step(step)
-        if self.cache is not None and (hit := self.cache.get_json(key)) is not None:
-            use.cache_hits += 1
-            yield hit["content"]
-            return
-        self._check_budget(step, item)
-        client = await self._openai()
-        parts: list[str] = []
-        prompt_tokens = completion_tokens = cached = 0
-        async with self._semaphore:
-            self._check_budget(step, item)
-            use.requests += 1
-            try:
-                stream = await client.chat.completions.create(
-                    model=self.model, messages=messages, max_tokens=max_tokens, temperature=temperature,
-                    stream=True, stream_options={"include_usage": True}, extra_body=self.extra_body or None,
-                )
-                async for chunk in stream:
-                    if chunk.usage:
-                        prompt_tokens, completion_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
-                        cached = _cached_tokens(chunk.usage)
-                    if chunk.choices and chunk.choices[0].delta.content:
-                        parts.append(chunk.choices[0].delta.content)
-                        yield chunk.choices[0].delta.content
-            except openai.OpenAIError as exc:
-                use.failures.append(item or step)
-                raise LLMError(self._purpose(step, item), _describe_error(exc, self.settings.api_key), 1) from None
-        content = "".join(parts)
-        use.calls += 1
-        self.usage.add_chat(step, prompt_tokens or sum(count_tokens(m["content"]) for m in messages),
-                            completion_tokens or count_tokens(content), cached)
-        if self.cache is not None:
-            self.cache.put_json(key, {"content": content})
+        """Yield the answer as it is generated; a cached answer is yielded whole.
+
+        The same call as complete() (same cache entry, budget, retries and usage), only read as
+        it arrives: a stream that drops is retried like any other fault, and a retry yields
+        only the text beyond what was already yielded (see _Shown)."""
+        pieces: asyncio.Queue[str | None] = asyncio.Queue()
+        call = asyncio.ensure_future(self._call(messages, step=step, item=item, max_tokens=max_tokens,
+                                                temperature=temperature, schema=None, on_token=pieces.put_nowait))
+        call.add_done_callback(lambda _: pieces.put_nowait(None))
+        try:
+            while (piece := await pieces.get()) is not None:
+                yield piece
+            await call  # raises the call's LLMError, after every piece it produced was yielded
+        finally:
+            if not call.done():  # the caller stopped reading: stop the request too
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await call
+            elif not call.cancelled():
+                call.exception()  # a failure the caller stopped reading before is not "never retrieved"
 
     # -- internals ----------------------------------------------------------------------------
     @staticmethod
@@ -282,7 +235,10 @@ class ChatClient:
     async def _call(
         self, messages: Messages, *, step: str, item: str, max_tokens: int,
         temperature: float | None, schema: type[BaseModel] | None,
+        on_token: Callable[[str], None] | None = None,
     ) -> str:
+        """The one path of every call: cache, budget, rate limits, retries, validation, usage.
+        With `on_token` (plain text only) the answer is streamed and handed over as it comes."""
         temperature = self.settings.temperature if temperature is None else temperature
         json_schema = _strict_schema(schema) if schema is not None else None
         use = self.usage.step(step)
@@ -291,11 +247,14 @@ class ChatClient:
         key = self._key(messages, max_tokens, temperature, json_schema)
         if self.cache is not None and (hit := self.cache.get_json(key)) is not None:
             use.cache_hits += 1
+            if on_token is not None:
+                on_token(hit["content"])
             return hit["content"]
 
         purpose = self._purpose(step, item)
         estimate = sum(count_tokens(m["content"]) for m in messages) + max_tokens if self._limiter.enabled else 0
         attempts = self.settings.max_retries + 1
+        shown = _Shown(on_token) if on_token is not None else None
         last = ""
         # A retry resends the identical request, so a transient fault (429, 5xx, a dropped or
         # garbled reply) costs nothing but the retry: the answer is the one a fault-free run gets.
@@ -312,17 +271,18 @@ class ChatClient:
             await self._limiter.acquire(estimate)
             try:
                 content, usage = await self._request(messages, max_tokens, temperature, schema, json_schema,
-                                                     vary, step, item)
+                                                     vary, step, item, shown)
                 # Tokens of a rejected answer are billed too; `calls` counts only answers we keep.
                 self.usage.add_chat(step, usage[0] or sum(count_tokens(m["content"]) for m in messages),
                                     usage[1] or count_tokens(content), usage[2])
                 if schema is not None:
-                    content = _validated(content, schema)
+                    content, cut = _validated(content, schema, json_schema)
+                    use.truncated += cut
                 use.calls += 1
                 if self.cache is not None:
                     self.cache.put_json(key, {"content": content})
                 return content
-            except _Retryable as exc:
+            except Retryable as exc:
                 last = str(exc)
                 if schema is not None and exc.answer is not None:
                     same_bad = same_bad + 1 if exc.answer == last_bad else 1
@@ -334,14 +294,17 @@ class ChatClient:
                                                       retry_after=exc.retry_after))
             except openai.APIStatusError as exc:
                 use.failures.append(item or step)
-                raise LLMError(purpose, _describe_error(exc, self.settings.api_key), attempt + 1) from None
+                raise LLMError(purpose, describe_error(exc, self.settings.api_key), attempt + 1) from None
         use.failures.append(item or step)
         raise LLMError(purpose, last, attempts)
 
     async def _request(
         self, messages: Messages, max_tokens: int, temperature: float,
         schema: type[BaseModel] | None, json_schema: dict | None, vary: int, step: str, item: str = "",
-    ) -> tuple[str, tuple[int, int, int]]:
+        shown: _Shown | None = None,
+    ) -> tuple[str, Usage3]:
+        """One HTTP request (streamed when `shown` is given): the answer and its token counts,
+        or Retryable for a transient fault or an unusable answer."""
         client = await self._openai()
         kwargs: dict[str, Any] = dict(model=self.model, messages=messages, max_tokens=max_tokens,
                                       temperature=temperature)
@@ -364,36 +327,30 @@ class ChatClient:
                 self._check_budget(step, item)
                 # Counted per HTTP request, so a fallback between structured modes counts too.
                 self.usage.step(step).requests += 1
-                reply = await client.chat.completions.create(**kwargs)
-        except openai.RateLimitError as exc:
-            raise _Retryable(_describe_error(exc, self.settings.api_key),
-                             parse_retry_after(exc.response.headers.get("retry-after")))
-        except openai.APIStatusError as exc:
-            if exc.status_code >= 500 or exc.status_code in (408, 409):
-                raise _Retryable(_describe_error(exc, self.settings.api_key)) from None
-            if schema is not None and self._auto and exc.status_code in (400, 422) and mode != "prompt":
+                if shown is None:
+                    content, finish, usage = _answer_of(await client.chat.completions.create(**kwargs))
+                else:
+                    # Read inside the slot: the request is in flight until its last chunk.
+                    chunks = await client.chat.completions.create(
+                        **kwargs, stream=True, stream_options={"include_usage": True})
+                    content, finish, usage = await _read_stream(chunks, shown)
+        except (openai.OpenAIError, httpx.TransportError, json.JSONDecodeError) as exc:
+            if (fault := transient(exc, self.settings.api_key)) is not None:
+                raise fault from None
+            if (schema is not None and self._auto and isinstance(exc, openai.APIStatusError)
+                    and exc.status_code in (400, 422) and mode != "prompt"):
                 # The server does not support this structured-output mode: step down once and retry now.
                 self._mode = "json_mode" if mode == "json_schema" else "prompt"
                 return await self._request(messages, max_tokens, temperature, schema, json_schema, vary, step,
-                                           item)
+                                           item, shown)
             raise
-        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-            raise _Retryable(_describe_error(exc, self.settings.api_key)) from None
-        except json.JSONDecodeError as exc:
-            # The HTTP body itself was cut off or garbled (not the model's answer): ask again.
-            raise _Retryable(f"the server's reply is not valid JSON ({exc.msg})") from None
-        if not reply.choices:
-            raise _Retryable("the server returned no choices")
-        choice = reply.choices[0]
-        content = choice.message.content or ""
         if not content.strip():
-            raise _Retryable(f"empty answer (finish_reason={choice.finish_reason})", answer=content)
-        if schema is not None and choice.finish_reason == "length":
+            raise Retryable(f"empty answer (finish_reason={finish})", answer=content)
+        if schema is not None and finish == "length":
             # The model itself ran out of tokens: the identical request would run out again.
-            raise _Retryable(f"answer cut off at max_tokens={max_tokens} before the JSON was complete",
-                             answer=content, repeats=True)
-        u = reply.usage
-        return content, ((u.prompt_tokens or 0, u.completion_tokens or 0, _cached_tokens(u)) if u else (0, 0, 0))
+            raise Retryable(f"answer cut off at max_tokens={max_tokens} before the JSON was complete",
+                            answer=content, repeats=True)
+        return content, usage
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -410,25 +367,135 @@ def _with_hint(messages: Messages, hint: str) -> Messages:
     return out
 
 
-def _validated(content: str, schema: type[BaseModel]) -> str:
-    """Canonical JSON of a schema-valid reply, repairing near-JSON (code fences, trailing commas)."""
+def _answer_of(reply: Any) -> tuple[str, str | None, Usage3]:
+    """Text, finish reason and token counts of a whole (not streamed) reply."""
+    if not reply.choices:
+        raise Retryable("the server returned no choices")
+    choice = reply.choices[0]
+    return choice.message.content or "", choice.finish_reason, _usage_of(reply.usage)
+
+
+async def _read_stream(chunks: Any, shown: _Shown) -> tuple[str, str | None, Usage3]:
+    """Text, finish reason and token counts of a streamed reply, handing text on as it arrives.
+    A connection that drops mid-stream raises here (openai wraps it, or not: both are triaged)."""
+    received, finish, usage = "", None, (0, 0, 0)
     try:
-        return schema.model_validate_json(content).model_dump_json()
-    except ValidationError:
+        async for chunk in chunks:
+            if chunk.usage:
+                usage = _usage_of(chunk.usage)
+            if chunk.choices:
+                choice = chunk.choices[0]
+                finish = choice.finish_reason or finish
+                if choice.delta is not None and choice.delta.content:
+                    received += choice.delta.content
+                    shown.receive(received, len(choice.delta.content))
+    finally:
+        await chunks.close()  # also when `shown` stops a retry that went another way
+    shown.finished(received)
+    return received, finish, usage
+
+
+class _Shown:
+    """The text a streamed call has handed to its reader, over all of its attempts.
+
+    Text already printed to a terminal or sent as server-sent events cannot be taken back, and a
+    retry resends the identical request. So a retried stream is read silently up to the length
+    already shown, must repeat that text exactly, and only what goes beyond it is handed on:
+    with a deterministic server (temperature 0, the default) the reader sees one uninterrupted
+    answer, and the answer returned and cached is exactly the text shown. A retry that answers
+    differently is stopped and counts as a failed attempt (retried again; the item fails if no
+    attempt matches) rather than splicing two answers into one. The alternatives are worse for
+    the CLI and the server: buffering every answer until it is whole stops streaming, retrying
+    only before the first token leaves the common fault (a connection dropped mid-answer) fatal,
+    and a "reset" event would need every reader to handle it."""
+
+    def __init__(self, on_token: Callable[[str], None]):
+        self.on_token = on_token
+        self.text = ""
+
+    def receive(self, received: str, new: int) -> None:
+        """`received` is this attempt's text so far; its last `new` characters just arrived."""
+        start = len(received) - new
+        end = min(len(received), len(self.text))
+        if start < end and received[start:end] != self.text[start:end]:
+            raise Retryable(_DIFFERS)
+        if len(received) > len(self.text):
+            fresh = received[max(start, len(self.text)):]
+            self.text = received
+            self.on_token(fresh)
+
+    def finished(self, received: str) -> None:
+        if len(received) < len(self.text):
+            raise Retryable(_DIFFERS)
+
+
+_DIFFERS = "the retried stream differs from the part of the answer already shown"
+
+
+def _validated(content: str, schema: type[BaseModel], json_schema: dict[str, Any] | None = None) -> tuple[str, int]:
+    """Canonical JSON of a schema-valid reply, repairing near-JSON (code fences, trailing commas),
+    and the number of its lists cut to their schema's maxItems."""
+    json_schema = _strict_schema(schema) if json_schema is None else json_schema
+    try:
+        data = json.loads(content)
+    except ValueError:
         pass
+    else:
+        cut = cut_to_max_items(data, json_schema)
+        try:
+            return schema.model_validate_json(json.dumps(data) if cut else content).model_dump_json(), cut
+        except ValidationError:
+            pass
     if _cut_off(content):
         # json_repair would close the brackets and hand back a plausible but partial answer
         # (e.g. half the entities); a fresh attempt is the only way to get all of it.
-        raise _Retryable(f"reply is cut off in the middle of the JSON (reply ended: {content[-60:]!r})")
+        raise Retryable(f"reply is cut off in the middle of the JSON (reply ended: {content[-60:]!r})")
     try:
         repaired = json_repair.loads(content)
-        return schema.model_validate(repaired).model_dump_json()
+        cut = cut_to_max_items(repaired, json_schema)
+        return schema.model_validate(repaired).model_dump_json(), cut
     except (ValidationError, ValueError, TypeError) as exc:
         snippet = content[:120].replace("\n", " ")
         # `answer` lets the caller see a model repeat the same wrong answer. A cut-off reply
         # (above) does not count: another temperature would not make it arrive whole.
-        raise _Retryable(f"reply does not match schema {schema.__name__}: {str(exc).splitlines()[0]} "
-                         f"(reply began: {snippet!r})", answer=content) from None
+        raise Retryable(f"reply does not match schema {schema.__name__}: {str(exc).splitlines()[0]} "
+                        f"(reply began: {snippet!r})", answer=content) from None
+
+
+def cut_to_max_items(value: Any, schema: dict[str, Any]) -> int:
+    """Cut, in place, every list in `value` longer than its `maxItems` in `schema` (a strict
+    schema: references inlined) to its first maxItems items; the number of lists cut.
+
+    A server without constrained decoding (JSON mode, many Ollama/vLLM setups) does not stop a
+    list at maxItems. Its first items are what a server that obeys would have sent, so keeping
+    them gives the same kind of answer, where a validation error would lose the whole answer:
+    a retry resends the identical request and gets the same long list again."""
+    if not isinstance(schema, dict) or not isinstance(value, (list, dict)):
+        return 0
+    kind = "array" if isinstance(value, list) else "object"
+    cut = sum(cut_to_max_items(value, sub) for sub in schema.get("allOf", ()))
+    # Of alternatives (an optional list, say) the first that takes this kind of value applies.
+    branch = next((sub for sub in [*schema.get("anyOf", ()), *schema.get("oneOf", ())]
+                   if isinstance(sub, dict) and kind in _types(sub)), None)
+    if branch is not None:
+        cut += cut_to_max_items(value, branch)
+    if isinstance(value, list):
+        limit = schema.get("maxItems")
+        if isinstance(limit, int) and len(value) > limit:
+            del value[limit:]
+            cut += 1
+        items = schema.get("items")
+        if isinstance(items, dict):
+            cut += sum(cut_to_max_items(v, items) for v in value)
+    else:
+        properties = schema.get("properties") or {}
+        cut += sum(cut_to_max_items(v, properties[k]) for k, v in value.items() if k in properties)
+    return cut
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    t = schema.get("type")
+    return {t} if isinstance(t, str) else set(t or ())
 
 
 def _cut_off(content: str) -> bool:
@@ -458,33 +525,14 @@ def _cut_off(content: str) -> bool:
     return in_string or depth > 0
 
 
+def _usage_of(u: Any) -> Usage3:
+    return (u.prompt_tokens or 0, u.completion_tokens or 0, _cached_tokens(u)) if u else (0, 0, 0)
+
+
 def _cached_tokens(usage: object) -> int:
     """Prompt tokens the server took from its prompt cache; servers without one send no details."""
     details = getattr(usage, "prompt_tokens_details", None)
     return (getattr(details, "cached_tokens", 0) or 0) if details else 0
-
-
-def _describe_error(exc: Exception, secret: str | None = None) -> str:
-    """One line saying why a request failed; never containing `secret` (the API key), which a
-    server may echo back in an error body."""
-    text = _error_text(exc)
-    return text.replace(secret, "***") if secret and len(secret) >= 4 else text
-
-
-def _error_text(exc: Exception) -> str:
-    if isinstance(exc, openai.AuthenticationError):
-        return "the server refused the API key (401); check api_key in settings.yaml or .env"
-    if isinstance(exc, openai.NotFoundError):
-        return "model or URL not found (404); check model and base_url in settings.yaml"
-    if isinstance(exc, openai.APIStatusError):
-        body = exc.response.text[:300] if exc.response is not None else ""
-        return f"HTTP {exc.status_code}: {body}"
-    if isinstance(exc, openai.APITimeoutError):
-        return "the request timed out"
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return f"could not reach the server ({type(cause).__name__}: {cause})"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def run_sync(coro: Awaitable[Any]) -> Any:

@@ -17,8 +17,8 @@ import openai
 from ..config import EmbeddingSettings
 from ..tokens import count_tokens
 from .cache import Cache, cache_key
-from .client import LLMError, _describe_error
-from .limits import backoff_delay, parse_retry_after
+from .limits import backoff_delay
+from .transport import LLMError, Retryable, describe_error, open_client, transient
 from .usage import Usage
 
 Kind = Literal["passage", "query"]
@@ -53,12 +53,6 @@ def _normalised(vectors: np.ndarray) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors / np.where(norms == 0, 1.0, norms)
-
-
-class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None):
-        super().__init__(reason)
-        self.retry_after = retry_after
 
 
 class Embedder:
@@ -166,18 +160,7 @@ class Embedder:
 
     def _openai(self) -> openai.AsyncOpenAI:
         if self._client is None:
-            s = self.settings
-            http = self._http_client or httpx.AsyncClient(
-                timeout=httpx.Timeout(s.timeout, connect=min(30.0, s.timeout)),
-                limits=httpx.Limits(max_connections=s.concurrency + 4, max_keepalive_connections=s.concurrency + 4),
-            )
-            # Our retry loop counts attempts and honours Retry-After; the library's would double it.
-            common: dict[str, Any] = dict(api_key=s.api_key or "sensegraph-no-key", max_retries=0,
-                                          timeout=s.timeout, http_client=http)
-            if s.api_version:
-                self._client = openai.AsyncAzureOpenAI(azure_endpoint=s.base_url, api_version=s.api_version, **common)
-            else:
-                self._client = openai.AsyncOpenAI(base_url=s.base_url, **common)
+            self._client = open_client(self.settings, self.settings.base_url, self._http_client)
         return self._client
 
     async def _remote_batch(self, batch: list[str], step: str, number: int) -> np.ndarray:
@@ -199,36 +182,31 @@ class Embedder:
                     use.requests += 1
                     reply = await self._request(kwargs)
                 if len(reply.data) != len(batch):
-                    raise _Retryable(f"the server returned {len(reply.data)} vectors for {len(batch)} texts")
+                    raise Retryable(f"the server returned {len(reply.data)} vectors for {len(batch)} texts")
                 ordered = sorted(reply.data, key=lambda d: d.index)
                 vectors = np.array([d.embedding for d in ordered], dtype=np.float32)
                 use.calls += 1
                 tokens = reply.usage.prompt_tokens if reply.usage and reply.usage.prompt_tokens else 0
                 use.prompt_tokens += tokens or sum(count_tokens(t) for t in batch)
                 return vectors
-            except _Retryable as exc:
+            except Retryable as exc:
                 last = str(exc)
                 if attempt + 1 < attempts:
                     await asyncio.sleep(backoff_delay(attempt, s.retry_base_seconds, retry_after=exc.retry_after))
             except openai.APIStatusError as exc:
                 use.failures.append(f"{step} batch {number}")
-                raise LLMError(purpose, _describe_error(exc, self.settings.api_key), attempt + 1) from None
+                raise LLMError(purpose, describe_error(exc, self.settings.api_key), attempt + 1) from None
         use.failures.append(f"{step} batch {number}")
         raise LLMError(purpose, last, attempts)
 
     async def _request(self, kwargs: dict[str, Any]) -> Any:
         try:
             return await self._openai().embeddings.create(**kwargs)
-        except openai.RateLimitError as exc:
-            raise _Retryable(_describe_error(exc, self.settings.api_key),
-                             parse_retry_after(exc.response.headers.get("retry-after"))) from None
-        except openai.APIStatusError as exc:
-            if exc.status_code >= 500 or exc.status_code in (408, 409):
-                raise _Retryable(_describe_error(exc, self.settings.api_key)) from None
+        except (openai.OpenAIError, httpx.TransportError, ValueError) as exc:
+            if (fault := transient(exc, self.settings.api_key)) is not None:
+                raise fault from None
+            if isinstance(exc, ValueError):
+                # A reply without vectors ("No embedding data received"): a garbled answer, so
+                # ask again rather than crash the whole step.
+                raise Retryable(f"unusable reply from the server: {str(exc)[:200]}") from None
             raise
-        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-            raise _Retryable(_describe_error(exc, self.settings.api_key)) from None
-        except ValueError as exc:
-            # A reply cut off mid-body (JSONDecodeError) or without vectors ("No embedding data
-            # received"): a garbled answer, so ask again rather than crash the whole step.
-            raise _Retryable(f"unusable reply from the server: {str(exc)[:200]}") from None

@@ -1,4 +1,5 @@
-"""Usage accounting per pipeline step: calls, tokens, cache hits, retries, failures, cost."""
+"""Usage accounting per pipeline step: calls, tokens, cache hits, retries, failures, truncated
+lists, cost."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -20,6 +21,9 @@ class StepUsage:
     # Items whose call was not sent because the spending budget was used up: not a model
     # failure, and a rerun (with a larger budget) does them.
     budget_skipped: list[str] = field(default_factory=list)
+    # Lists in kept answers that were longer than their schema's maxItems and were cut to their
+    # first maxItems items (servers without constrained decoding do not stop at the limit).
+    truncated: int = 0
 
     def add(self, other: "StepUsage") -> None:
         self.calls += other.calls
@@ -31,6 +35,7 @@ class StepUsage:
         self.cached_prompt_tokens += other.cached_prompt_tokens
         self.failures.extend(other.failures)
         self.budget_skipped.extend(other.budget_skipped)
+        self.truncated += other.truncated
 
 
 class Usage:

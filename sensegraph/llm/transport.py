@@ -1,0 +1,103 @@
+"""The HTTP side both model clients share: how the `openai` client is built, and what a failed
+request means — a transient fault worth resending the identical request for (`Retryable`), or a
+final one (`LLMError`) whose one-line reason never contains the API key.
+
+Chat (client.py) and embeddings (embeddings.py) differ only in what they ask and how they check
+the answer; connection settings and error triage are the same, so they live here once.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import openai
+
+from ..config import ModelSettings
+from .limits import parse_retry_after
+
+
+class LLMError(RuntimeError):
+    """A request failed for good; the message names what it was for and why."""
+
+    def __init__(self, purpose: str, reason: str, attempts: int = 0):
+        self.purpose = purpose
+        self.reason = reason
+        self.attempts = attempts
+        tries = f" after {attempts} attempt{'s' * (attempts != 1)}" if attempts else ""
+        super().__init__(f"{purpose} failed{tries}: {reason}")
+
+
+class Retryable(Exception):
+    """A failed attempt worth repeating. `answer` is set when the server did answer, but with
+    something unusable; `repeats` when the same request is known to give the same bad answer."""
+
+    def __init__(self, reason: str, retry_after: float | None = None, *, answer: str | None = None,
+                 repeats: bool = False):
+        super().__init__(reason)
+        self.retry_after = retry_after
+        self.answer = answer
+        self.repeats = repeats
+
+
+def open_client(settings: ModelSettings, base_url: str | None,
+                http_client: httpx.AsyncClient | None = None) -> openai.AsyncOpenAI:
+    """The `openai` client for one endpoint (Azure when `api_version` is set)."""
+    s = settings
+    http = http_client or httpx.AsyncClient(
+        timeout=httpx.Timeout(s.timeout, connect=min(30.0, s.timeout)),
+        limits=httpx.Limits(max_connections=s.concurrency + 4, max_keepalive_connections=s.concurrency + 4),
+    )
+    # Our retry loops count attempts per item and honour Retry-After; the library's would double them.
+    common: dict[str, Any] = dict(api_key=s.api_key or "sensegraph-no-key", max_retries=0, timeout=s.timeout,
+                                  http_client=http)
+    if s.api_version:
+        return openai.AsyncAzureOpenAI(azure_endpoint=base_url, api_version=s.api_version, **common)
+    return openai.AsyncOpenAI(base_url=base_url, **common)
+
+
+def transient(exc: BaseException, secret: str | None = None) -> Retryable | None:
+    """The Retryable for a fault that the identical request may not hit again (rate limit, 5xx,
+    timeout, dropped connection, a body cut off in transfer), or None for one it would hit again
+    (401, 404, a 400 the caller may handle)."""
+    if isinstance(exc, openai.RateLimitError):
+        return Retryable(describe_error(exc, secret), parse_retry_after(exc.response.headers.get("retry-after")))
+    if isinstance(exc, openai.APIStatusError):
+        if exc.status_code >= 500 or exc.status_code in (408, 409):
+            return Retryable(describe_error(exc, secret))
+        return None
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+        return Retryable(describe_error(exc, secret))
+    if isinstance(exc, openai.APIError):
+        # An error event inside a streamed answer: the server broke off mid-answer.
+        return Retryable(describe_error(exc, secret))
+    if isinstance(exc, httpx.TransportError):
+        # A stream dropped while its body was being read (openai 1.x lets these through unwrapped).
+        return Retryable(f"the connection dropped during the reply ({type(exc).__name__}: {exc})")
+    if isinstance(exc, json.JSONDecodeError):
+        # The HTTP body itself was cut off or garbled in transfer (not the model's answer): ask again.
+        return Retryable(f"the server's reply is not valid JSON ({exc.msg})")
+    return None
+
+
+def describe_error(exc: BaseException, secret: str | None = None) -> str:
+    """One line saying why a request failed; never containing `secret` (the API key), which a
+    server may echo back in an error body."""
+    text = _error_text(exc)
+    return text.replace(secret, "***") if secret and len(secret) >= 4 else text
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, openai.AuthenticationError):
+        return "the server refused the API key (401); check api_key in settings.yaml or .env"
+    if isinstance(exc, openai.NotFoundError):
+        return "model or URL not found (404); check model and base_url in settings.yaml"
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.response.text[:300] if exc.response is not None else ""
+        return f"HTTP {exc.status_code}: {body}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "the request timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return f"could not reach the server ({type(cause).__name__}: {cause})"
+    return f"{type(exc).__name__}: {exc}"
