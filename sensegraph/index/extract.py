@@ -191,7 +191,8 @@ def graph_schema(entity_types: list[str], max_entities: int = 25, max_relationsh
     )
     # maxItems bounds the answer: constrained decoding must close the list, so a small model
     # that starts repeating its list (seen with 1.5B models) stops instead of filling max_tokens.
-    # It is a schema hint only, never a validation error, for servers that ignore it.
+    # For servers that ignore it, the client keeps the first N items (llm/client.py
+    # cut_to_max_items) rather than failing the call.
     return create_model(
         "ExtractedGraph",
         entities=(list[entity], Field(json_schema_extra={"maxItems": max_entities})),  # type: ignore[valid-type]
