@@ -152,6 +152,16 @@ class ResolutionSettings(_Section):
     max_tokens: int = Field(200, ge=32)
 
 
+class ConceptSettings(_Section):
+    """The lazy index (index_method: lazy): concepts found by NLP in each text unit (noun phrases
+    and named entities; words and noun phrases in Chinese) and their co-occurrence graph."""
+
+    min_frequency: int = Field(2, ge=1, description="text units a concept must occur in to be kept")
+    max_per_unit: int = Field(50, ge=1, description="concepts kept per text unit, most frequent in the corpus first")
+    # Concepts in one sentence are related; "unit" relates every pair in a text unit.
+    cooccurrence: Literal["sentence", "unit"] = "sentence"
+
+
 class QuerySettings(_Section):
     """Budgets and knobs of the query methods (paper section 2.6 and the baselines)."""
 
@@ -194,6 +204,10 @@ class Settings(_Section):
     reports: ReportSettings = Field(default_factory=ReportSettings)
     resolution: ResolutionSettings = Field(default_factory=ResolutionSettings)
     query: QuerySettings = Field(default_factory=QuerySettings)
+    concepts: ConceptSettings = Field(default_factory=ConceptSettings)
+    # standard: the paper's pipeline (an LLM reads every text unit); lazy: concepts by NLP, no
+    # chat call at index time, the LLM is spent at query time (`sensegraph query --method lazy`).
+    index_method: Literal["standard", "lazy"] = "standard"
     language: Literal["auto", "en", "zh"] = "auto"
     output_dir: str = "output"
     # Set by load_settings, not by the user: the project folder every relative path hangs off.
