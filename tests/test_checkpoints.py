@@ -149,3 +149,18 @@ def test_a_run_stopped_by_its_budget_leaves_no_checkpoint_over_its_partial_table
         (tmp_path / "input" / "extra.txt").unlink()
         index(settings_for(tmp_path, server))
     assert snapshot(tmp_path / "output") == complete
+
+
+def test_a_state_file_of_an_older_version_reruns_the_steps_instead_of_failing(tmp_path):
+    write_docs(tmp_path, DOCS)
+    with start_mock_server() as server:
+        settings = settings_for(tmp_path, server)
+        index(settings)
+        expected = snapshot(tmp_path / "output")
+        # bare fingerprints, as state.json held them before the step runner
+        (tmp_path / "output" / steps.STATE_FILE).write_text(json.dumps({"extract": "0" * 32, "summarize": "1" * 32}))
+        before = server.stats["requests"]
+        again = index(settings)
+        assert server.stats["requests"] == before  # rerun from the cache
+    assert not again.stats["steps"]["extract"].get("skipped")
+    assert snapshot(tmp_path / "output") == expected

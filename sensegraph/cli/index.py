@@ -22,15 +22,24 @@ from .common import (BUDGET_EXIT, ROOT_OPTION, budget_options, budget_overrides,
 @click.option("--no-cache", is_flag=True, help="Ignore the answer cache for this run (every call is made again).")
 @click.option("--allow-partial", is_flag=True,
               help="Exit 0 even if some items failed after every retry (they are recorded in stats.json).")
+@click.option("--method", "method", type=click.Choice(["standard", "lazy"]), default=None,
+              help="standard: the paper's pipeline, the chat model reads every text unit. lazy: concepts "
+                   "by NLP and their co-occurrence graph, no chat call; the LLM works at query time "
+                   "(`sensegraph query --method lazy`). Default: index_method in settings.yaml.")
 @budget_options
-def index_command(root: str, dry_run: bool, no_cache: bool, allow_partial: bool, budget_tokens: int | None,
-                  budget_cost: float | None) -> None:
+def index_command(root: str, dry_run: bool, no_cache: bool, allow_partial: bool, method: str | None,
+                  budget_tokens: int | None, budget_cost: float | None) -> None:
     """Build the graph index from the documents in input/ into output/.
 
     Steps: documents -> text units -> entities, relationships (and claims) with gleaning ->
     merged descriptions -> hierarchical Leiden communities -> community reports (bottom-up) ->
     embeddings. Interrupt at any time: a rerun skips finished steps and takes finished LLM calls
     from the cache. Items that fail after every retry are named, and the exit code is 1.
+
+    With --method lazy (LazyGraphRAG): documents -> text units -> noun phrases and named
+    entities by NLP -> co-occurrence graph -> hierarchical Leiden communities -> text-unit
+    embeddings; no community reports and no chat call. A lazy index can be upgraded later by
+    `sensegraph index --method standard`, which reuses what the two share.
 
     With a spending budget (--budget-tokens, --budget-cost or chat.budget_* in settings.yaml),
     once it is used up no further call is sent and the run stops at the end of the current
@@ -41,7 +50,8 @@ def index_command(root: str, dry_run: bool, no_cache: bool, allow_partial: bool,
     Exit codes: 0 done; 1 items failed after every retry; 2 bad settings or input;
     3 stopped at the spending budget (rerun to continue).
     """
-    settings = settings_for(root, **budget_overrides(budget_tokens, budget_cost))
+    settings = settings_for(root, **budget_overrides(budget_tokens, budget_cost),
+                            **({"index_method": method} if method else {}))
     if dry_run:
         from ..index.estimate import estimate_index
 
@@ -67,6 +77,8 @@ def print_estimate(est, settings, console: Console) -> None:
     t = est.total()
     table.add_row("total", f"{t.calls:,}", f"{t.prompt_tokens:,}", f"{t.completion_tokens:,}", "")
     console.print(table)
+    if not est.steps:
+        console.print(est.basis)
     if est.spread:
         lo, hi = est.spread
         console.print(f"Had this corpus behaved like each measured index: {lo.calls:,} to {hi.calls:,} calls, "

@@ -104,6 +104,9 @@ def estimate_index(settings: Settings, ratios: dict[str, float] | None = None) -
     kind = "local" if settings.chat.provider == "local" else "hosted"
     n_tokens = [int(n) for n in units["n_tokens"]]
     est = Estimate(len(docs), len(units), sum(n_tokens))
+    if settings.index_method == "lazy":
+        est.basis = "lazy index: no chat call (NLP concepts; the LLM works at query time)"
+        return est
     est.steps = _steps(n_tokens, sizes, settings, ratios or RATIOS[kind])
     n = len(MEASURED[kind])
     est.basis = ("given ratios" if ratios is not None else

@@ -21,7 +21,7 @@ import pandas as pd
 from ..config import Settings
 from ..language import resolve_language
 from ..llm import ChatClient, StepUsage, Usage, open_cache, open_chat, open_embedder
-from ..store.tables import write_json_atomic, write_table
+from ..store.tables import TABLES, write_json_atomic, write_table
 from . import community_reports, communities, documents, embed, extract, resolve, summarize, text_units
 from .numbering import WORK_DIR, Numbering
 from .steps import Output, Steps
@@ -74,6 +74,7 @@ def _no_bar(description: str, total: int) -> Callable[[int], None]:
 INSTANCES = {"entity_instances": WORK_DIR, "relationship_instances": WORK_DIR, "claim_instances": WORK_DIR,
              "extracted_units": WORK_DIR}  # intermediate tables, kept so unchanged units are not redone
 ELEMENTS = {"entities": "", "relationships": "", "covariates": ""}
+CONCEPTS = {"concept_instances": WORK_DIR}
 
 
 async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Callable[[str], None] = print,
@@ -94,15 +95,20 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         units = (await steps.run("text_units", _text_units, checkpoint=False, documents=docs)).tables["text_units"]
         # Text-unit vectors are computed alongside extraction (into the cache), not after it.
         prefetch = background(embed.prefetch_text_units(units, embedder))
-        # 3. element instances: one extraction per text unit, plus gleaning
-        work = await steps.run("extract", _extract, writes=INSTANCES, reuse=True, units=units, llm=llm,
-                               language=language, extra={"advance": bar("extract", len(units))})
-        _warn_if_empty(units, work, log)
-        # 4. element summaries: entities, relationships, claims (covariates)
-        elements = (await steps.run("summarize", _summarize, writes=ELEMENTS, units=units, llm=llm,
-                                    embedder=embedder, language=language, numbering=numbering,
-                                    **{n: work.tables[n] for n in INSTANCES if n != "extracted_units"},
-                                    extra={"bar": bar})).tables
+        if settings.index_method == "lazy":  # LazyGraphRAG: concepts by NLP instead of 3-4, no reports
+            found = await steps.run("concepts", _concepts, writes=CONCEPTS, units=units, language=language)
+            elements = (await steps.run("concept_graph", _concept_graph, writes=ELEMENTS, units=units,
+                                        numbering=numbering, **found.tables)).tables
+        else:
+            # 3. element instances: one extraction per text unit, plus gleaning
+            work = await steps.run("extract", _extract, writes=INSTANCES, reuse=True, units=units, llm=llm,
+                                   language=language, extra={"advance": bar("extract", len(units))})
+            _warn_if_empty(units, work, log)
+            # 4. element summaries: entities, relationships, claims (covariates)
+            elements = (await steps.run("summarize", _summarize, writes=ELEMENTS, units=units, llm=llm,
+                                        embedder=embedder, language=language, numbering=numbering,
+                                        **{n: work.tables[n] for n in INSTANCES if n != "extracted_units"},
+                                        extra={"bar": bar})).tables
         docs, units = _link_text_units(docs, units, numbering, **elements)
         write_table(docs, out, "documents")
         write_table(units, out, "text_units")
@@ -110,15 +116,18 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         comms = (await steps.run("communities", _communities, writes={"communities": ""}, numbering=numbering,
                                  entities=elements["entities"], relationships=elements["relationships"]
                                  )).tables["communities"]
-        # 6. community reports, bottom-up
+        # 6. community reports, bottom-up (a lazy index has none: its LLM work waits for a question)
         reports = (await steps.run("community_reports", _reports, writes={"community_reports": ""},
                                    communities=comms, llm=llm, language=language, **elements,
+                                   lazy=settings.index_method == "lazy",
                                    extra={"advance": bar("community reports", len(comms))}
                                    )).tables["community_reports"]
         # 7. embeddings for search
         tables = {"documents": docs, "text_units": units, **elements, "communities": comms,
                   "community_reports": reports}
-        await steps.run("embed", _embed, checkpoint=False, tables=tables, embedder=embedder,
+        # (a lazy index searches its text units; its many concepts are embedded only if asked for)
+        searched = tables if settings.index_method == "standard" else {"text_units": units}
+        await steps.run("embed", _embed, checkpoint=False, tables=searched, embedder=embedder,
                         extra={"prefetch": prefetch, "out": out, "bar": bar})
         if numbering is not None:
             numbering.save(tables)
@@ -211,6 +220,26 @@ async def _extract(*, units: pd.DataFrame, llm: ChatClient, language: str, setti
     return Output(tables, failed=list(fresh.failed), items=len(ids), stats=stats)
 
 
+def _concepts(*, units: pd.DataFrame, language: str, settings: Settings) -> Output:
+    from . import concepts
+
+    found = concepts.concept_instances(units, language=language, settings=settings)
+    return Output({"concept_instances": found}, stats={"concept_instances": len(found)})
+
+
+def _concept_graph(*, concept_instances: pd.DataFrame, units: pd.DataFrame, numbering: Numbering | None,
+                   settings: Settings) -> Output:
+    from . import cooccurrence
+
+    entities, relationships = cooccurrence.concept_graph(concept_instances, units, settings=settings)
+    covariates = pd.DataFrame(columns=TABLES["covariates"])  # claims come at query time
+    if numbering is not None:
+        entities, relationships = numbering.renumber(entities, "entities"), numbering.renumber(relationships,
+                                                                                               "relationships")
+    return Output({"entities": entities, "relationships": relationships, "covariates": covariates},
+                  stats={"entities": len(entities), "relationships": len(relationships)})
+
+
 async def _summarize(*, entity_instances: pd.DataFrame, relationship_instances: pd.DataFrame,
                      claim_instances: pd.DataFrame, units: pd.DataFrame, llm: ChatClient, embedder: Any,
                      language: str, numbering: Numbering | None, settings: Settings, bar: BarFactory) -> Output:
@@ -242,8 +271,10 @@ def _communities(*, entities: pd.DataFrame, relationships: pd.DataFrame, numberi
 
 
 async def _reports(*, communities: pd.DataFrame, entities: pd.DataFrame, relationships: pd.DataFrame,
-                   covariates: pd.DataFrame, llm: ChatClient, language: str, settings: Settings,
+                   covariates: pd.DataFrame, llm: ChatClient, language: str, lazy: bool, settings: Settings,
                    advance: Callable[[int], None]) -> Output:
+    if lazy:  # an empty table, so every tool that opens an index finds one
+        return Output({"community_reports": pd.DataFrame(columns=TABLES["community_reports"])}, stats={"reports": 0})
     reports, failed = await community_reports.write_reports(communities, entities, relationships, covariates, llm,
                                                             settings=settings, language=language, advance=advance)
     return Output({"community_reports": reports}, failed=[str(f) for f in failed], items=len(communities),

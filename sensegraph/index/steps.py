@@ -211,7 +211,7 @@ class Steps:
     def _previous(self, name: str, paths: dict[str, Path], fps: dict[str, Any]) -> dict[str, pd.DataFrame] | None:
         """The tables of the step's last complete run if it ran with the same settings, prompts,
         code and model (only its input tables differ), else None."""
-        entry = self.state.get(name)
+        entry = self._entry(name)
         if not entry or not all(p.exists() for p in paths.values()):
             return None
         if self._fingerprints(entry["reads"], fps)[0] != entry["config"]:
@@ -233,8 +233,10 @@ class Steps:
         entry_stats: dict[str, Any] = {}
         self.stats["steps"][name] = entry_stats
         paths = self._paths(writes)
-        entry = self.state.get(name)
-        fps = self._input_fingerprints(inputs) if checkpoint else {}
+        entry = self._entry(name)
+        # Which function computes the step is part of what decides its tables.
+        fps = {**self._input_fingerprints(inputs), "function": f"{fn.__module__}.{fn.__qualname__}"} \
+            if checkpoint else {}
         if checkpoint and entry and all(p.exists() for p in paths.values()) \
                 and self._fingerprints(entry["reads"], fps)[1] == entry["fingerprint"]:
             output = Output({n: read_table(p.parent, n) for n, p in paths.items()}, stats={"skipped": True})
@@ -245,10 +247,7 @@ class Steps:
                 output = fn(**inputs, settings=recorder, **extra)
                 if inspect.isawaitable(output):
                     output = await output
-            if checkpoint and self.state.pop(name, None) is not None:
-                # The tables are about to change: until this run marks the step again, no later
-                # run may take them for those of the last complete run.
-                write_json_atomic(self.path, self.state)
+            self._invalidate(name, paths)
             work = {n for n, f in writes.items() if f}
             for n in work:  # intermediate tables: kept even when the run stops here
                 write_table(output.tables[n], paths[n].parent, n)
@@ -256,14 +255,36 @@ class Steps:
             for n in set(writes) - work:
                 write_table(output.tables[n], self.out, n)
             if checkpoint:
-                self._mark(name, output, {"settings": sorted(recorder.reads), "prompts": sorted(prompts)}, fps)
+                self._mark(name, output, {"settings": sorted(recorder.reads), "prompts": sorted(prompts)}, fps, paths)
         entry_stats.update(output.stats)
         entry_stats["seconds"] = round(time.perf_counter() - t0, 3)
         return output
 
-    def _mark(self, name: str, output: Output, reads: dict[str, Any], fps: dict[str, Any]) -> None:
+    def _entry(self, name: str) -> dict[str, Any] | None:
+        entry = self.state.get(name)
+        # A state.json of an older version held bare fingerprints: such a step simply reruns.
+        return entry if isinstance(entry, dict) and {"fingerprint", "config", "reads"} <= entry.keys() else None
+
+    def _invalidate(self, name: str, paths: dict[str, Path]) -> None:
+        """Drop the marks of this step and of every step whose tables these are (a lazy and a
+        standard index write entities through different steps): once the tables change, no
+        later run may take them for those of that step's last complete run."""
+        written = {self._relative(p) for p in paths.values()}
+        gone = [n for n, e in self.state.items()
+                if n == name or not isinstance(e, dict) or written & set(e.get("writes", []))]
+        for n in gone:
+            del self.state[n]
+        if gone:
+            write_json_atomic(self.path, self.state)
+
+    def _relative(self, path: Path) -> str:
+        return path.relative_to(self.out).as_posix()
+
+    def _mark(self, name: str, output: Output, reads: dict[str, Any], fps: dict[str, Any],
+              paths: dict[str, Path]) -> None:
         if output.failed:
             return  # incomplete: the rerun does it again
         config, full = self._fingerprints(reads, fps)
-        self.state[name] = {"fingerprint": full, "config": config, "reads": reads}
+        self.state[name] = {"fingerprint": full, "config": config, "reads": reads,
+                            "writes": sorted(self._relative(p) for p in paths.values())}
         write_json_atomic(self.path, self.state)

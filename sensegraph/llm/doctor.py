@@ -210,6 +210,8 @@ async def preflight(settings: Settings) -> list[str]:
         m: ModelSettings = getattr(settings, section)
         if m.provider != "openai":
             continue  # the embedded models are checked when they start
+        if section == "chat" and settings.index_method == "lazy":
+            continue  # a lazy index makes no chat call
         sentence = await _preflight_endpoint(settings, section)
         if sentence:
             problems.append(_scrub(sentence, settings))
