@@ -207,3 +207,17 @@ def _relationship_index(relationships: pd.DataFrame) -> list[tuple[str, str, str
         if "human_readable_id" in relationships else relationships
     return [(str(i), str(s), str(t)) for i, s, t in zip(order["id"], order["source"], order["target"])]
 
+
+
+def titles_from_members(comms: pd.DataFrame, entities: pd.DataFrame, k: int = 3) -> pd.DataFrame:
+    """Name each community by its `k` most frequent members ("Scrooge, Marley, Fezziwig"): a
+    lazy index has no reports, and so no report titles, to name its communities by."""
+    if comms.empty:
+        return comms
+    rank = {str(i): (-int(f), -int(d), str(t)) for i, f, d, t in
+            zip(entities["id"], entities["frequency"], entities["degree"], entities["title"])}
+    title = dict(zip(entities["id"].astype(str), entities["title"].astype(str)))
+    comms = comms.copy()
+    comms["title"] = [", ".join(title[e] for e in sorted(map(str, ids), key=lambda e: rank[e])[:k])
+                      for ids in comms["entity_ids"]]
+    return comms

@@ -114,8 +114,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         write_table(units, out, "text_units")
         # 5. communities: hierarchical Leiden, every level a complete partition
         comms = (await steps.run("communities", _communities, writes={"communities": ""}, numbering=numbering,
-                                 entities=elements["entities"], relationships=elements["relationships"]
-                                 )).tables["communities"]
+                                 entities=elements["entities"], relationships=elements["relationships"],
+                                 lazy=settings.index_method == "lazy")).tables["communities"]
         # 6. community reports, bottom-up (a lazy index has none: its LLM work waits for a question)
         reports = (await steps.run("community_reports", _reports, writes={"community_reports": ""},
                                    communities=comms, llm=llm, language=language, **elements,
@@ -261,11 +261,13 @@ async def _summarize(*, entity_instances: pd.DataFrame, relationship_instances: 
 
 
 def _communities(*, entities: pd.DataFrame, relationships: pd.DataFrame, numbering: Numbering | None,
-                 settings: Settings) -> Output:
+                 lazy: bool, settings: Settings) -> Output:
     comms = communities.build_communities(entities, relationships, max_cluster_size=settings.communities.max_cluster_size,
                                           seed=settings.communities.seed)
     if numbering is not None:
         comms = numbering.communities(comms)
+    if lazy:
+        comms = communities.titles_from_members(comms, entities)
     return Output({"communities": comms},
                   stats={"per_level": {int(k): int(v) for k, v in comms.groupby("level").size().items()}})
 
