@@ -16,10 +16,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 import mock_llm
 from mock_llm import MockServer
 from sensegraph.config import Settings, load_settings
+from sensegraph.index.communities import titles_from_members
 from sensegraph.index.pipeline import run_index
+from sensegraph.store.tables import TABLES, read_table, write_table
 
 DOCS = {
     "harbor.txt": (
@@ -142,9 +146,46 @@ def settings_for(root: Path, server: MockServer) -> Settings:
 
 def build_index(base: Path) -> Path:
     """The project folder of the test index (built on first use in this session)."""
-    if "root" in _BUILT:
-        return _BUILT["root"]
-    root = base / "explorer-project"
+    if "root" not in _BUILT:
+        _BUILT["root"] = _standard_index(base / "explorer-project")
+    return _BUILT["root"]
+
+
+def build_lazy_index(base: Path) -> Path:
+    """The project folder of a lazy index of the same documents (built on first use).
+
+    Synthetic, made from a standard index the way a lazy index differs from one: no community
+    reports (an empty table with the right columns) and no claims; communities named by their
+    most frequent members; relationships as co-occurrence edges; stats.json naming the concept
+    steps; text-unit vectors only. Its graph came from the mock's extraction rather than from
+    NLP, which the explorer cannot tell apart and need not.
+    """
+    if "lazy" not in _BUILT:
+        root = _standard_index(base / "explorer-lazy-project")
+        out = root / "output"
+        entities = read_table(out, "entities")
+        write_table(titles_from_members(read_table(out, "communities"), entities), out, "communities")
+        write_table(pd.DataFrame(columns=TABLES["community_reports"]), out, "community_reports")
+        write_table(pd.DataFrame(columns=TABLES["covariates"]), out, "covariates")
+        units = read_table(out, "text_units")
+        units["covariate_ids"] = [[] for _ in range(len(units))]
+        write_table(units, out, "text_units")
+        rels = read_table(out, "relationships")
+        rels["description"] = [f"{s} and {t} occur together in {int(w)} sentences"
+                               for s, t, w in zip(rels["source"], rels["target"], rels["weight"])]
+        rels["pmi"] = 1.0
+        write_table(rels, out, "relationships")
+        for name in ("entities", "community_reports"):
+            (out / "embeddings" / f"{name}.parquet").unlink(missing_ok=True)
+        stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+        stats["steps"] = {("concepts" if k == "extract" else "concept_graph" if k == "summarize" else k): v
+                          for k, v in stats["steps"].items()}
+        (out / "stats.json").write_text(json.dumps(stats), encoding="utf-8")
+        _BUILT["lazy"] = root
+    return _BUILT["lazy"]
+
+
+def _standard_index(root: Path) -> Path:
     (root / "input").mkdir(parents=True, exist_ok=True)
     for name, text in DOCS.items():
         p = root / "input" / name
@@ -166,7 +207,6 @@ def build_index(base: Path) -> Path:
         worker.join()
         if failed:
             raise failed[0]
-    _BUILT["root"] = root
     return root
 
 

@@ -27,7 +27,8 @@ class Turn(BaseModel):
 
 class QueryRequest(BaseModel):
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
-    method: MethodName = "global"
+    method: MethodName | None = Field(None, description="default: global, or lazy on a lazy index "
+                                                         "(/api/info default_method)")
     level: int | None = Field(None, ge=0, le=50, description="global search: community level (0 = root)")
     dynamic: bool = Field(False, description="global search: dynamic community selection")
     response_type: str | None = Field(None, max_length=200, description='e.g. "single paragraph"')
@@ -66,9 +67,10 @@ def sse(event: str, data: Any) -> str:
                                              "`token` {text}, then `result` (the JSON result) or `error`"}})
 async def query(request: Request, req: QueryRequest) -> Any:
     st = state_of(request)
+    method = req.method or st.default_method
     if not req.stream:
         try:
-            result = await st.query(req.question, req.method, **query_kwargs(req))
+            result = await st.query(req.question, method, **query_kwargs(req))
         except Exception as exc:
             status, kind = error_status(exc)
             if status == 500:
@@ -77,8 +79,8 @@ async def query(request: Request, req: QueryRequest) -> Any:
         return result_json(result, req.include_context)
 
     async def events() -> AsyncIterator[str]:
-        yield sse("start", {"method": req.method, "level": req.level})
-        async for kind, value in st.stream(req.question, req.method, **query_kwargs(req)):
+        yield sse("start", {"method": method, "level": req.level})
+        async for kind, value in st.stream(req.question, method, **query_kwargs(req)):
             if kind == "token":
                 yield sse("token", {"text": value})
             elif kind == "ping":

@@ -24,7 +24,8 @@ def info(request: Request) -> dict[str, Any]:
     st = state_of(request)
     out = st.explorer.info()
     default_level = st.settings.query.level if st.settings is not None else 2
-    out.update({"methods": list(METHODS), "default_level": min(default_level, out["levels"] - 1),
+    out.update({"methods": list(METHODS), "default_method": st.default_method,
+                "default_level": min(default_level, out["levels"] - 1),
                 "can_query": st.settings is not None or st.searcher is not None,
                 "models": [m["id"] for m in chat_models(out["levels"])]})
     return out
@@ -40,7 +41,9 @@ def chat_models(levels: int) -> list[dict[str, Any]]:
 @router.get("/communities", tags=["browse"], summary="The community tree")
 def communities(request: Request, level: int | None = Query(None, ge=0, description="only this level")) -> dict[str, Any]:
     """Every community (or those of one level) with title, rating, summary, parent and children;
-    `roots` lists the root-level communities, most important first."""
+    `roots` lists the root-level communities, most important first. In a lazy index (`/api/info`
+    `method`) communities have no report: their title names their most frequent concepts, and
+    `top_concepts` lists those with type and frequency."""
     return state_of(request).explorer.tree(level)
 
 

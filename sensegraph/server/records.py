@@ -4,6 +4,9 @@ text units, with the links between them resolved once at start-up.
 Everything the explorer and the JSON API show comes from here. Records are addressed the way
 answers cite them: reports by their `community` number, everything else by `human_readable_id`
 (`ref`), so a citation `[Data: Entities (5)]` is one lookup away from its record.
+
+A lazy index (LazyGraphRAG: concepts found by NLP, co-occurrence edges, no reports) has the same
+tables; its communities are shown by their most frequent concepts instead of a report.
 """
 from __future__ import annotations
 
@@ -19,6 +22,9 @@ from ..query.context import jsonable
 from ..query.data import GraphIndex, list_ids
 
 PREVIEW_CHARS = 240  # text shown for a record in a list; the full text is one click away
+TOP_CONCEPTS = 6  # concepts a lazy community's card shows in place of a report summary
+CONCEPT_STEPS = ("concepts", "concept_graph")  # the steps of a lazy index (stats.json "steps")
+GRAPH_STEPS = ("extract", "summarize")  # the steps of a standard one
 
 
 def _rows(df: pd.DataFrame | None) -> list[dict[str, Any]]:
@@ -53,6 +59,28 @@ def _findings(value: Any) -> list[dict[str, str]]:
         elif isinstance(f, str):
             out.append({"summary": f, "explanation": ""})
     return out
+
+
+def index_method(reports: int, communities: int, steps: Any) -> str:
+    """"lazy" or "standard", from what the index holds: a lazy index has no reports. The steps
+    that built it (stats.json) tell a lazy index from a standard one whose reports are missing
+    (all failed, or a trimmed copy); without them, communities without any report mean lazy."""
+    if reports:
+        return "standard"
+    ran = set(steps) if isinstance(steps, (dict, list)) else set()
+    if ran & set(CONCEPT_STEPS):
+        return "lazy"
+    if ran & set(GRAPH_STEPS):
+        return "standard"
+    return "lazy" if communities else "standard"
+
+
+def _read_stats(output_dir: Any) -> dict[str, Any]:
+    try:
+        stats = json.loads((output_dir / "stats.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return stats if isinstance(stats, dict) else {}
 
 
 class Explorer:
@@ -95,17 +123,15 @@ class Explorer:
         for ref, c in self.claims.items():
             self.claims_of[str(c.get("subject_id"))].append(ref)
         self._summaries: dict[int, dict[str, Any]] = {}
-        self.language = self._language()
+        stats = _read_stats(index.output_dir)
+        self.method = index_method(len(self.reports), len(self.communities), stats.get("steps"))
+        self.lazy = self.method == "lazy"
+        self.language = self._language(stats.get("language"))
 
     # -- summaries (what a list shows) --------------------------------------------------------
-    def _language(self) -> str:
-        stats = self.index.output_dir / "stats.json"
-        try:
-            lang = json.loads(stats.read_text(encoding="utf-8")).get("language")
-            if lang in ("en", "zh"):
-                return lang
-        except (OSError, ValueError):
-            pass
+    def _language(self, recorded: Any) -> str:
+        if recorded in ("en", "zh"):
+            return recorded
         sample = [str(e.get("title") or "") + " " + str(e.get("description") or "")
                   for e in list(self.entities.values())[:200]]
         return detect_language(sample) if sample else "en"
@@ -134,7 +160,24 @@ class Explorer:
             "relationships": len(list_ids(row.get("relationship_ids"))),
             "text_units": len(list_ids(row.get("text_unit_ids"))),
             "has_report": c in self.reports,
+            **({"top_concepts": [self._concept_brief(r) for r in self._members(row)[:TOP_CONCEPTS]]}
+               if self.lazy else {}),
         }
+
+    def _members(self, row: dict[str, Any]) -> list[int]:
+        """A community's entity refs, in the order its members matter: for a lazy index the most
+        frequent concepts first (the order its title was made in), else the best connected."""
+        refs = [self.entity_ref[e] for e in list_ids(row.get("entity_ids")) if e in self.entity_ref]
+        if self.lazy:
+            return sorted(refs, key=lambda r: (-(_int(self.entities[r].get("frequency"), 0) or 0),
+                                               -(_int(self.entities[r].get("degree"), 0) or 0),
+                                               str(self.entities[r].get("title"))))
+        return sorted(refs, key=lambda ref: (-(_int(self.entities[ref].get("degree"), 0) or 0), ref))
+
+    def _concept_brief(self, ref: int) -> dict[str, Any]:
+        e = self.entities[ref]
+        return {"ref": ref, "title": e.get("title"), "type": e.get("type"),
+                "frequency": _int(e.get("frequency"), 0)}
 
     def entity_brief(self, ref: int) -> dict[str, Any]:
         e = self.entities[ref]
@@ -205,8 +248,7 @@ class Explorer:
         if c not in self.communities:
             return None
         row = self.communities[c]
-        ents = sorted((self.entity_ref[e] for e in list_ids(row.get("entity_ids")) if e in self.entity_ref),
-                      key=lambda ref: (-(_int(self.entities[ref].get("degree"), 0) or 0), ref))
+        ents = self._members(row)
         rels = sorted((self.relationship_ref[r] for r in list_ids(row.get("relationship_ids"))
                        if r in self.relationship_ref),
                       key=lambda ref: (-float(self.relationships[ref].get("combined_degree") or 0), ref))
@@ -367,7 +409,7 @@ class Explorer:
 
     def info(self) -> dict[str, Any]:
         return {
-            "language": self.language, "levels": self.max_level() + 1,
+            "language": self.language, "levels": self.max_level() + 1, "method": self.method,
             "counts": {"communities": len(self.communities), "reports": len(self.reports),
                        "entities": len(self.entities), "relationships": len(self.relationships),
                        "claims": len(self.claims), "text_units": len(self.text_units),

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from fastapi import Request
 
 from ..config import Settings
-from ..query import GraphIndex, QueryResult
+from ..query import METHODS, GraphIndex, QueryResult
 from .records import Explorer
 
 log = logging.getLogger("sensegraph.server")
@@ -35,6 +35,15 @@ class ServerState:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _slots: asyncio.Semaphore | None = None
     _owned: bool = False  # True when the server opened the searcher and must close it
+
+    @property
+    def default_method(self) -> str:
+        """The method of a question that names none: global search (the paper's), except on a
+        lazy index, which has no reports for it to read: lazy search there (basic search, over
+        the same text units, where this version has no lazy method)."""
+        if self.explorer.lazy:
+            return "lazy" if "lazy" in METHODS else "basic"
+        return "global"
 
     async def get_searcher(self) -> Answers:
         async with self._lock:

@@ -21,8 +21,15 @@ const en = {
     drift: "drift: reports first, then local follow-up questions",
     basic: "basic: vector search over source text (baseline)",
     text: "text: map-reduce over all source text (baseline)",
+    lazy: "lazy: the LLM tests source text for relevance under a budget, best communities first (LazyGraphRAG)",
   } as Record<string, string>,
   truncatedGraph: "the best connected nodes are shown",
+  rootIntroLazy: "The broadest communities of the concept graph, each named by its most frequent concepts. Open one to see its concepts and source text and drill down.",
+  lazyNotice: "This is a lazy index: its concepts and their co-occurrences were found without an LLM, and its communities have no reports.",
+  lazyAnswers: (method: string): string => `Questions are answered by ${method} search, which reads the source text when asked.`,
+  concepts: "Concepts", concept: "Concept", conceptsSize: "concepts", cooccurrences: "Co-occurrences",
+  frequency: "frequency", backToCommunity: "Community view", searchConcepts: "Search concepts",
+  noReportsToRead: "this lazy index has no community reports for it to read",
 };
 type Strings = typeof en;
 const zh: Strings = {
@@ -46,8 +53,15 @@ const zh: Strings = {
     drift: "drift：先看报告，再做局部追问",
     basic: "basic：对原文的向量检索（基线）",
     text: "text：对全部原文做 map-reduce（基线）",
+    lazy: "lazy（惰性）：在预算内由模型检验原文片段是否相关，从最相关的社区开始（LazyGraphRAG）",
   },
   truncatedGraph: "仅显示连接最多的节点",
+  rootIntroLazy: "概念图谱中范围最广的社区，以其中出现最多的概念命名。打开一个社区查看它的概念和原文并逐层深入。",
+  lazyNotice: "这是一个惰性索引：概念及其共现关系由自然语言处理得到，没有调用大模型，社区没有报告。",
+  lazyAnswers: (method: string): string => `问题由 ${method} 检索回答，提问时才阅读原文。`,
+  concepts: "概念", concept: "概念", conceptsSize: "个概念", cooccurrences: "共现关系",
+  frequency: "频次", backToCommunity: "社区视图", searchConcepts: "搜索概念",
+  noReportsToRead: "这个惰性索引没有可供它阅读的社区报告",
 };
 
 let current: Strings = en;

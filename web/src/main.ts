@@ -11,6 +11,9 @@ const app = document.getElementById("app")!;
 let info: Any = null;
 let seq = 0; // the current render; an older render's late results are dropped
 let cleanup: (() => void) | null = null;
+// A lazy index (LazyGraphRAG) has concepts and co-occurrences instead of extracted entities and
+// relationships, and no reports: its communities are shown by their most frequent concepts.
+const lazy = (): boolean => info?.method === "lazy";
 
 // -- small pieces --------------------------------------------------------------------------------
 function fmtRating(r: number | null | undefined): string {
@@ -23,7 +26,24 @@ function ratingBadge(r: number | null | undefined): HTMLElement {
   return h("span", { class: `badge rating ${tone}`, title: t("rating") }, `★ ${fmtRating(r)}`);
 }
 
+function conceptChips(concepts: Any[]): HTMLElement {
+  // spans, not links: a card is a link already
+  return h("div", { class: "chips", "data-testid": "top-concepts" }, concepts.map((e: Any) =>
+    h("span", { class: "chip", title: e.type || "" }, e.title, h("span", { class: "freq" }, ` ${e.frequency}`))));
+}
+
+function lazyCard(c: Any): HTMLElement {
+  return h("a", { class: "card", href: `#/community/${c.community}`, "data-testid": "community-card",
+                  "data-community": c.community },
+    h("div", { class: "card-head" }, h("h3", {}, c.title)),
+    h("div", { class: "meta" }, `${t("level")} ${c.level} · ${c.size} ${t("conceptsSize")} · ${c.text_units} ` +
+      `${t("sources").toLowerCase()}` +
+      (c.children.length ? ` · ${c.children.length} ${t("subCommunities").toLowerCase()}` : "")),
+    conceptChips(c.top_concepts || []));
+}
+
 function card(c: Any): HTMLElement {
+  if (lazy()) return lazyCard(c);
   return h("a", { class: "card", href: `#/community/${c.community}`, "data-testid": "community-card",
                   "data-community": c.community },
     h("div", { class: "card-head" }, h("h3", {}, c.title), ratingBadge(c.rating)),
@@ -66,7 +86,9 @@ function listOf<T>(items: T[], row: (item: T) => HTMLElement, first = 40, total?
 
 function entityRow(e: Any): HTMLElement {
   return h("li", {}, h("a", { href: `#/entity/${e.ref}`, "data-testid": "entity-link", "data-ref": e.ref }, e.title),
-    h("span", { class: "tag" }, e.type || ""), h("span", { class: "muted small" }, ` ${t("degree")} ${e.degree}`),
+    h("span", { class: "tag" }, e.type || ""),
+    lazy() ? h("span", { class: "muted small", "data-testid": "frequency" }, ` ${t("frequency")} ${e.frequency} ·`) : null,
+    h("span", { class: "muted small" }, ` ${t("degree")} ${e.degree}`),
     e.description ? h("div", { class: "desc" }, e.description) : null);
 }
 
@@ -97,10 +119,12 @@ async function home(my: number): Promise<void> {
   if (my !== seq) return;
   const roots = tree.communities.filter((c: Any) => c.parent === null);
   clear(app,
-    h("div", { class: "intro" }, h("h1", {}, t("rootThemes")), h("p", { class: "muted" }, t("rootIntro")),
+    h("div", { class: "intro" }, h("h1", {}, t("rootThemes")), h("p", { class: "muted" }, t(lazy() ? "rootIntroLazy" : "rootIntro")),
+      lazy() ? h("p", { class: "notice", "data-testid": "lazy-notice" }, t("lazyNotice"), " ",
+        h("a", { href: "#/ask" }, t("lazyAnswers")(info.default_method))) : null,
       h("p", { class: "muted small" }, `${info.counts.communities} ${t("allCommunities")} · ` +
-        `${info.counts.entities} ${t("entities").toLowerCase()} · ${info.counts.relationships} ` +
-        `${t("relationships").toLowerCase()} · ${info.counts.text_units} ${t("sources").toLowerCase()} · ` +
+        `${info.counts.entities} ${t(lazy() ? "concepts" : "entities").toLowerCase()} · ${info.counts.relationships} ` +
+        `${t(lazy() ? "cooccurrences" : "relationships").toLowerCase()} · ${info.counts.text_units} ${t("sources").toLowerCase()} · ` +
         `${info.levels} ${t("level").toLowerCase()}`)),
     h("div", { class: "cards", "data-testid": "root-cards" }, roots.map(card)));
   document.title = "sensegraph";
@@ -115,11 +139,12 @@ async function community(my: number, n: number): Promise<void> {
   clear(app,
     breadcrumbs(d.path),
     h("div", { class: "title-row" },
-      h("h1", { "data-testid": "community-title" }, c.title), ratingBadge(c.rating),
+      h("h1", { "data-testid": "community-title", "data-community": n }, c.title), lazy() ? null : ratingBadge(c.rating),
       h("span", { class: "badge" }, `${t("level")} ${c.level}`),
-      h("span", { class: "badge" }, `${c.size} ${t("size")}`),
+      h("span", { class: "badge" }, `${c.size} ${t(lazy() ? "conceptsSize" : "size")}`),
+      lazy() ? h("span", { class: "badge" }, `${c.text_units} ${t("sources").toLowerCase()}`) : null,
       h("a", { class: "button", href: `#/community/${n}/graph`, "data-testid": "graph-button" }, t("graphView"))),
-    rep ? h("article", { class: "report", "data-testid": "report", "data-community": n },
+    lazy() ? null : rep ? h("article", { class: "report", "data-testid": "report", "data-community": n },
       h("p", { class: "lead" }, rep.summary),
       rep.rating_explanation ? h("p", { class: "muted" }, `${t("rating")} ${fmtRating(rep.rating)}: ${rep.rating_explanation}`) : null,
       rep.findings.length ? h("div", {}, h("h2", {}, t("findings")),
@@ -129,8 +154,9 @@ async function community(my: number, n: number): Promise<void> {
     section(t("subCommunities"), d.children.length,
       d.children.length ? h("div", { class: "cards", "data-testid": "sub-cards" }, d.children.map(card)) : h("p", { class: "muted" }, t("noSub"))),
     h("div", { class: "columns" },
-      section(t("entities"), d.totals.entities, listOf(d.entities, entityRow, 40, d.totals.entities), "entities"),
-      section(t("relationships"), d.totals.relationships, listOf(d.relationships, relationshipRow, 25, d.totals.relationships))),
+      section(t(lazy() ? "concepts" : "entities"), d.totals.entities, listOf(d.entities, entityRow, 40, d.totals.entities), "entities"),
+      section(t(lazy() ? "cooccurrences" : "relationships"), d.totals.relationships,
+        listOf(d.relationships, relationshipRow, 25, d.totals.relationships))),
     section(t("sources"), d.totals.text_units, listOf(d.text_units, unitRow, 15, d.totals.text_units), "sources"));
 }
 
@@ -155,10 +181,10 @@ async function graphView(my: number, n: number): Promise<void> {
       h("a", { href: `#/community/${g.community}/graph` }, g.title))));
   clear(app,
     breadcrumbs(detail0.path, t("graphView")),
-    h("div", { class: "title-row" }, h("h1", {}, c.title), ratingBadge(c.rating),
+    h("div", { class: "title-row" }, h("h1", {}, c.title), lazy() ? null : ratingBadge(c.rating),
       h("span", { class: "badge", "data-testid": "graph-counts" }, `${d.nodes.length} ${t("nodes")} · ${d.edges.length} ${t("edges")}`),
       d.truncated ? h("span", { class: "muted small" }, `${t("showing")} ${d.nodes.length} ${t("of")} ${d.total_nodes}: ${t("truncatedGraph")}`) : null,
-      h("a", { class: "button", href: `#/community/${n}` }, t("backToReport"))),
+      h("a", { class: "button", href: `#/community/${n}` }, t(lazy() ? "backToCommunity" : "backToReport"))),
     h("div", { class: "graph-layout" }, canvas,
       h("aside", { class: "graph-side" }, h("div", { class: "graph-search" }, search, found), detail,
         d.groups.length ? h("div", {}, h("h3", {}, t("legend")), legend) : null)));
@@ -198,13 +224,14 @@ async function entity(my: number, n: number): Promise<void> {
     breadcrumbs(e.path, e.title),
     h("article", { class: "record", "data-testid": "entity", "data-ref": n },
       h("div", { class: "title-row" }, h("h1", {}, e.title), h("span", { class: "tag" }, e.type || ""),
-        h("span", { class: "badge" }, `${t("entity")} ${n}`),
+        h("span", { class: "badge" }, `${t(lazy() ? "concept" : "entity")} ${n}`),
+        lazy() ? h("span", { class: "badge" }, `${t("frequency")} ${e.record.frequency ?? "–"}`) : null,
         h("span", { class: "badge" }, `${t("degree")} ${e.record.degree ?? "–"}`)),
       richText(e.description || "")),
     section(t("communities"), e.communities.length, h("ul", { class: "records" }, e.communities.map((c: Any) =>
       h("li", {}, h("span", { class: "badge" }, `${t("level")} ${c.level}`), " ",
-        h("a", { href: `#/community/${c.community}` }, c.title), " ", ratingBadge(c.rating))))),
-    section(t("relationships"), e.relationships.length, listOf(e.relationships, relationshipRow, 30)),
+        h("a", { href: `#/community/${c.community}` }, c.title), " ", lazy() ? null : ratingBadge(c.rating))))),
+    section(t(lazy() ? "cooccurrences" : "relationships"), e.relationships.length, listOf(e.relationships, relationshipRow, 30)),
     e.claims.length ? section(t("claims"), e.claims.length, listOf(e.claims, claimRow)) : null,
     section(t("sources"), e.text_units.length, listOf(e.text_units, unitRow, 20), "sources"));
 }
@@ -235,9 +262,9 @@ async function source(my: number, n: number): Promise<void> {
         u.document.title ? h("span", { class: "badge" }, `${t("document")}: ${u.document.title}`) : null,
         h("span", { class: "badge" }, `${u.n_tokens} ${t("tokens")}`)),
       h("div", { class: "source-text" }, u.text)),
-    section(t("entities"), u.entities.length, h("div", { class: "chips" }, u.entities.map((e: Any) =>
+    section(t(lazy() ? "concepts" : "entities"), u.entities.length, h("div", { class: "chips" }, u.entities.map((e: Any) =>
       h("a", { class: "chip", href: `#/entity/${e.ref}` }, e.title)))),
-    section(t("relationships"), u.relationships.length, listOf(u.relationships, relationshipRow, 20)),
+    section(t(lazy() ? "cooccurrences" : "relationships"), u.relationships.length, listOf(u.relationships, relationshipRow, 20)),
     u.claims.length ? section(t("claims"), u.claims.length, listOf(u.claims, claimRow)) : null);
 }
 
@@ -258,7 +285,7 @@ async function claim(my: number, n: number): Promise<void> {
 // back button returns to the answer.
 const askState: { question: string; method: string; level: number | null; dynamic: boolean; answer: string;
                   result: Any; running: AbortController | null; status: string } =
-  { question: "", method: "global", level: null, dynamic: false, answer: "", result: null, running: null, status: "" };
+  { question: "", method: "", level: null, dynamic: false, answer: "", result: null, running: null, status: "" };
 
 function askView(my: number): void {
   document.title = `${t("ask")} · sensegraph`;
@@ -267,7 +294,7 @@ function askView(my: number): void {
   question.value = askState.question;
   const method = h("select", { "data-testid": "ask-method", "aria-label": t("method") },
     info.methods.map((m: string) => h("option", { value: m, title: t("methodHelp")[m] }, m))) as HTMLSelectElement;
-  method.value = askState.method;
+  method.value = askState.method || info.default_method || "global";
   const level = h("select", { "data-testid": "ask-level", "aria-label": t("level") },
     Array.from({ length: info.levels }, (_, i) => h("option", { value: i }, `C${i}`))) as HTMLSelectElement;
   level.value = String(askState.level ?? info.default_level);
@@ -282,7 +309,8 @@ function askView(my: number): void {
   const cited = h("div", { class: "cited", "data-testid": "cited" });
   const sync = () => {
     globalOnly.hidden = method.value !== "global";
-    help.textContent = t("methodHelp")[method.value] || "";
+    help.textContent = (t("methodHelp")[method.value] || "") +
+      (lazy() && (method.value === "global" || method.value === "drift") ? ` (${t("noReportsToRead")})` : "");
   };
   method.addEventListener("change", sync);
   sync();
@@ -337,7 +365,9 @@ function askView(my: number): void {
       askState.running = null;
     }
   });
-  clear(app, h("h1", {}, t("ask")), form, status, answer, cited);
+  clear(app, h("h1", {}, t("ask")),
+    lazy() ? h("p", { class: "notice", "data-testid": "lazy-notice" }, t("lazyNotice"), " ", t("lazyAnswers")(info.default_method)) : null,
+    form, status, answer, cited);
   question.focus();
   void my;
 }
@@ -424,6 +454,7 @@ async function start(): Promise<void> {
     info = await get("/api/info");
     indexLanguage = info.language;
   } catch (err) { /* route() shows the key form or the error */ }
+  if (info?.method === "lazy") document.getElementById("entity-search")!.dataset.i18nPlaceholder = "searchConcepts";
   setLang(initialLang(indexLanguage));
   const button = document.getElementById("lang")!;
   button.textContent = lang === "zh" ? "EN" : "中文";
