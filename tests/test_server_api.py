@@ -251,10 +251,15 @@ def test_lazy_search_answers_over_the_lazy_index(lazy_client, llm):
     if "lazy" not in METHODS:
         pytest.skip("the `lazy` query method is not in sensegraph.query.REGISTRY yet (issue 16, query side)")
     llm.answer = "The cooperative was founded in 1998 [Data: Sources (0)]."
-    body = lazy_client.post("/api/query", json={"question": "What are the main themes?", "method": "lazy"}).json()
+    body = lazy_client.post("/api/query", json={"question": "What are the main themes?", "method": "lazy",
+                                                "budget": 2}).json()
     assert body["method"] == "lazy" and body["answer"]
+    assert body["stats"]["budget"] == 2 and 0 < body["stats"]["tests_used"] <= 2  # the request's budget reached it
     for ref in body["citations"].get("Sources", []):
         assert lazy_client.get(f"/api/text_units/{ref}").status_code == 200
+    resp = lazy_client.post("/api/query", json={"question": "x", "method": "basic", "budget": 5})
+    assert resp.status_code == 400 and "lazy" in resp.json()["detail"]
+    assert lazy_client.post("/api/query", json={"question": "x", "method": "lazy", "budget": 0}).status_code == 422
 
 
 # -- queries -------------------------------------------------------------------------------------------

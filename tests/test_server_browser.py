@@ -285,3 +285,16 @@ def test_lazy_index_shows_concept_named_cards_and_asks_lazy_search(page, lazy_li
         pytest.skip("the `lazy` query method is not in sensegraph.query.REGISTRY yet (issue 16, query side): "
                     "the Ask box cannot list it")
     assert "lazy" in options
+
+    # lazy search with a budget preset: the answer streams to the end and the status counts the tests
+    page.go_back()
+    page.locator("[data-testid=answer][data-done=true]").wait_for()
+    assert page.locator("[data-testid=ask-budget]").is_hidden()  # budgets apply to lazy search only
+    page.select_option("[data-testid=ask-method]", "lazy")
+    assert page.locator("[data-testid=ask-level]").is_hidden()
+    page.select_option("[data-testid=ask-budget]", "100")
+    page.fill("[data-testid=ask-input]", "What are the main themes?")
+    page.click("[data-testid=ask-submit]")
+    page.locator("[data-testid=answer][data-done=true]").wait_for()
+    status = page.locator("[data-testid=ask-status]").inner_text()
+    assert status.startswith("lazy · ") and "/100 units tested" in status

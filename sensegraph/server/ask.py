@@ -31,6 +31,8 @@ class QueryRequest(BaseModel):
                                                          "(/api/info default_method)")
     level: int | None = Field(None, ge=0, le=50, description="global search: community level (0 = root)")
     dynamic: bool = Field(False, description="global search: dynamic community selection")
+    budget: int | None = Field(None, ge=1, le=100_000, description="lazy search: relevance tests of text units "
+                                                                  "(default: the settings' lazy.budget)")
     response_type: str | None = Field(None, max_length=200, description='e.g. "single paragraph"')
     history: list[Turn] = Field(default_factory=list, max_length=50, description="earlier turns")
     stream: bool = Field(False, description="answer as server-sent events")
@@ -45,8 +47,11 @@ def result_json(result: QueryResult, include_context: bool = False) -> dict[str,
 
 
 def query_kwargs(req: QueryRequest) -> dict[str, Any]:
-    return {"level": req.level, "dynamic": req.dynamic, "response_type": req.response_type,
-            "history": [t.model_dump() for t in req.history]}
+    out = {"level": req.level, "dynamic": req.dynamic, "response_type": req.response_type,
+           "history": [t.model_dump() for t in req.history]}
+    if req.budget is not None:  # only then: the searcher refuses a budget for a method that takes none
+        out["budget"] = req.budget
+    return out
 
 
 def error_status(exc: Exception) -> tuple[int, str]:

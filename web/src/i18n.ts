@@ -30,6 +30,8 @@ const en = {
   concepts: "Concepts", concept: "Concept", conceptsSize: "concepts", cooccurrences: "Co-occurrences",
   frequency: "frequency", backToCommunity: "Community view", searchConcepts: "Search concepts",
   noReportsToRead: "this lazy index has no community reports for it to read",
+  budget: "Budget", budgetDefault: "default", budgetHelp: "text units the LLM may test for relevance",
+  unitsTested: "units tested", relevant: "relevant",
 };
 type Strings = typeof en;
 const zh: Strings = {
@@ -62,6 +64,8 @@ const zh: Strings = {
   concepts: "概念", concept: "概念", conceptsSize: "个概念", cooccurrences: "共现关系",
   frequency: "频次", backToCommunity: "社区视图", searchConcepts: "搜索概念",
   noReportsToRead: "这个惰性索引没有可供它阅读的社区报告",
+  budget: "预算", budgetDefault: "默认", budgetHelp: "模型最多检验多少个原文片段的相关性",
+  unitsTested: "个片段已检验", relevant: "个相关",
 };
 
 let current: Strings = en;

@@ -283,9 +283,10 @@ async function claim(my: number, n: number): Promise<void> {
 
 // The ask view keeps its last question and answer, so a citation can be followed and the
 // back button returns to the answer.
-const askState: { question: string; method: string; level: number | null; dynamic: boolean; answer: string;
-                  result: Any; running: AbortController | null; status: string } =
-  { question: "", method: "", level: null, dynamic: false, answer: "", result: null, running: null, status: "" };
+const askState: { question: string; method: string; level: number | null; dynamic: boolean; budget: string;
+                  answer: string; result: Any; running: AbortController | null; status: string } =
+  { question: "", method: "", level: null, dynamic: false, budget: "", answer: "", result: null, running: null, status: "" };
+const BUDGETS = ["", "100", "500", "1500"]; // lazy search's presets; "" = the server's setting
 
 function askView(my: number): void {
   document.title = `${t("ask")} · sensegraph`;
@@ -302,6 +303,10 @@ function askView(my: number): void {
   dynamic.checked = askState.dynamic;
   const globalOnly = h("span", { class: "global-only" }, h("label", {}, `${t("level")} `, level),
     h("label", {}, dynamic, ` ${t("dynamic")}`));
+  const budget = h("select", { "data-testid": "ask-budget", "aria-label": t("budget") },
+    BUDGETS.map((b) => h("option", { value: b }, b || t("budgetDefault")))) as HTMLSelectElement;
+  budget.value = askState.budget;
+  const lazyOnly = h("span", { class: "global-only" }, h("label", { title: t("budgetHelp") }, `${t("budget")} `, budget));
   const help = h("p", { class: "muted small" });
   const submit = h("button", { type: "submit", class: "primary", "data-testid": "ask-submit" }, t("askButton")) as HTMLButtonElement;
   const status = h("div", { class: "muted small", "data-testid": "ask-status" }, askState.status);
@@ -309,6 +314,7 @@ function askView(my: number): void {
   const cited = h("div", { class: "cited", "data-testid": "cited" });
   const sync = () => {
     globalOnly.hidden = method.value !== "global";
+    lazyOnly.hidden = method.value !== "lazy";
     help.textContent = (t("methodHelp")[method.value] || "") +
       (lazy() && (method.value === "global" || method.value === "drift") ? ` (${t("noReportsToRead")})` : "");
   };
@@ -325,7 +331,9 @@ function askView(my: number): void {
           kind === "Relationships" ? `${rec.source} — ${rec.target}` :
           String(rec.title || rec.description || rec.text || "").slice(0, 140)))))));
     const u = r.usage || {};
-    status.textContent = `${r.method}${r.stats && r.stats.level !== undefined ? ` · C${r.stats.level}` : ""} · ` +
+    const s = r.stats || {};
+    status.textContent = `${r.method}${s.level !== undefined ? ` · C${s.level}` : ""}` +
+      (s.tests_used !== undefined ? ` · ${s.tests_used}/${s.budget} ${t("unitsTested")}, ${s.relevant_units} ${t("relevant")}` : "") + " · " +
       `${u.calls ?? 0} ${t("calls")} · ${(u.prompt_tokens ?? 0) + (u.completion_tokens ?? 0)} ${t("tokens")}`;
     askState.status = status.textContent;
   };
@@ -333,13 +341,13 @@ function askView(my: number): void {
   else if (askState.answer) answer.textContent = askState.answer;
 
   const form = h("form", { class: "ask-form", "data-testid": "ask-form" }, question,
-    h("div", { class: "ask-controls" }, h("label", {}, `${t("method")} `, method), globalOnly, submit), help);
+    h("div", { class: "ask-controls" }, h("label", {}, `${t("method")} `, method), globalOnly, lazyOnly, submit), help);
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     if (!question.value.trim()) return;
     askState.running?.abort();
     const ctrl = new AbortController();
-    Object.assign(askState, { question: question.value, method: method.value, dynamic: dynamic.checked,
+    Object.assign(askState, { question: question.value, method: method.value, dynamic: dynamic.checked, budget: budget.value,
       level: method.value === "global" ? Number(level.value) : null, answer: "", result: null, running: ctrl });
     clear(answer); clear(cited);
     delete answer.dataset.done;
@@ -351,7 +359,8 @@ function askView(my: number): void {
     status.textContent = t("asking");
     try {
       await askStream({ question: askState.question, method: askState.method, level: askState.level,
-                        dynamic: askState.method === "global" && askState.dynamic }, {
+                        dynamic: askState.method === "global" && askState.dynamic,
+                        budget: askState.method === "lazy" && askState.budget ? Number(askState.budget) : null }, {
         token: (text) => { askState.answer += text; if (answer.isConnected) answer.textContent = askState.answer; },
         result: (r) => { askState.result = r; if (answer.isConnected) showResult(r); },
         error: (m) => { status.textContent = `${t("error")}: ${m}`; askState.status = status.textContent; },
