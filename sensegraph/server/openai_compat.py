@@ -2,8 +2,9 @@
 
 The model name picks the method: `sensegraph-global` (global search at the configured level),
 `sensegraph-global-c0` … `-cN` (a given level, the paper's C0 = root), `sensegraph-global-dynamic`,
-`sensegraph-local`, `sensegraph-drift`, `sensegraph-basic`, `sensegraph-text`. The last user
-message is the question; earlier user and assistant turns are the conversation history.
+`sensegraph-local`, `sensegraph-drift`, `sensegraph-basic`, `sensegraph-text`, `sensegraph-lazy`
+(every name of the query registry). The last user message is the question; earlier user and
+assistant turns are the conversation history.
 """
 from __future__ import annotations
 
