@@ -6,7 +6,7 @@ from typing import Any
 __version__ = "0.1.0"
 _API = ("aindex", "index", "load_index", "search", "asearch", "global_search", "aglobal_search", "local_search",
         "alocal_search", "drift_search", "adrift_search", "basic_search", "abasic_search", "text_search",
-        "atext_search")
+        "atext_search", "lazy_search", "alazy_search")
 __all__ = ["Settings", "load_settings", *_API]
 
 

@@ -162,6 +162,26 @@ class ConceptSettings(_Section):
     cooccurrence: Literal["sentence", "unit"] = "sentence"
 
 
+class LazySettings(_Section):
+    """Lazy search (`sensegraph query --method lazy`, sensegraph/query/lazy_search.py): subqueries,
+    relevance tests of text units under a budget, claims from the relevant ones, one answer."""
+
+    budget: int = Field(100, ge=1, description="relevance tests of text units per question (presets 100 / 500 / 1500)")
+    subqueries: int = Field(3, ge=1, le=8, description="subqueries the chat model splits a question into")
+    units_per_community: int = Field(3, ge=1, description="untested text units tested per community visit")
+    # A level's communities are tested in rank order until this many in a row yield nothing;
+    # the search then goes down into the sub-communities of the relevant ones.
+    barren_communities: int = Field(3, ge=1)
+    # chat: the chat model says yes/no per unit; embedding: no LLM call (a unit is relevant when
+    # its similarity to a subquery is within embedding_margin of that subquery's best unit);
+    # auto: chat for a hosted model, embedding for the embedded one (provider local).
+    tester: Literal["auto", "chat", "embedding"] = "auto"
+    embedding_margin: float = Field(0.05, ge=0, le=2)
+    embedding_threshold: float = Field(0.0, ge=0, le=1, description="also relevant at this similarity or more (0 = off)")
+    test_max_tokens: int = Field(600, ge=64, description="answer of one relevance-test call")
+    claims_max_tokens: int = Field(800, ge=64, description="answer of one claim-extraction call")
+
+
 class QuerySettings(_Section):
     """Budgets and knobs of the query methods (paper section 2.6 and the baselines)."""
 
@@ -205,6 +225,7 @@ class Settings(_Section):
     resolution: ResolutionSettings = Field(default_factory=ResolutionSettings)
     query: QuerySettings = Field(default_factory=QuerySettings)
     concepts: ConceptSettings = Field(default_factory=ConceptSettings)
+    lazy: LazySettings = Field(default_factory=LazySettings)
     # standard: the paper's pipeline (an LLM reads every text unit); lazy: concepts by NLP, no
     # chat call at index time, the LLM is spent at query time (`sensegraph query --method lazy`).
     index_method: Literal["standard", "lazy"] = "standard"

@@ -356,10 +356,11 @@ def test_one_registry_names_the_methods_for_every_caller():
     from sensegraph import api
     from sensegraph.query import METHODS, REGISTRY, method_named
 
-    assert METHODS == tuple(REGISTRY) == ("global", "local", "drift", "basic", "text")
+    assert METHODS == tuple(REGISTRY) == ("global", "local", "drift", "basic", "text", "lazy")
     for name in METHODS:  # the Python API has a pair of functions per method, exported at the top
         assert {f"{name}_search", f"a{name}_search"} <= set(sensegraph.__all__)
         assert getattr(api, f"{name}_search").__name__ == f"{name}_search"
     assert [n for n, m in REGISTRY.items() if m.by_level] == ["global"]  # levels and --dynamic
-    with pytest.raises(ValueError, match="choose one of global, local, drift, basic, text"):
+    assert [n for n, m in REGISTRY.items() if m.by_budget] == ["lazy"]  # --budget
+    with pytest.raises(ValueError, match="choose one of global, local, drift, basic, text, lazy"):
         method_named("nope")

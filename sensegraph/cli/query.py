@@ -32,7 +32,9 @@ class MethodChoice(click.Choice):
 METHOD_HELP = ("global: map-reduce over community reports at --level (whole-corpus questions); "
                "local: an entity's neighbourhood (questions about specific things); "
                "drift: global priming + local follow-ups; basic: vector search over text (baseline); "
-               "text: map-reduce over all source text (baseline).")
+               "text: map-reduce over all source text (baseline); "
+               "lazy: relevance tests of text units under --budget, then claims (works on a lazy index, "
+               "which has no community reports).")
 
 
 @click.command("query")
@@ -44,6 +46,9 @@ METHOD_HELP = ("global: map-reduce over community reports at --level (whole-corp
                    "detailed and more calls. Default: query.level in settings.yaml (2).")
 @click.option("--dynamic", is_flag=True, help="Global search: rate reports from the root down and map only the "
                                               "relevant branches (fewer tokens on focused questions).")
+@click.option("--budget", "-b", type=click.IntRange(min=1), default=None,
+              help="Lazy search: relevance tests of text units per question, the knob of its cost and "
+                   "depth; presets 100 (cheap), 500, 1500 (thorough). Default: lazy.budget in settings.yaml (100).")
 @click.option("--response-type", default=None,
               help='Shape of the answer, e.g. "single sentence", "list of 3-7 points" '
                    '(default: query.response_type, "multiple paragraphs").')
@@ -54,7 +59,7 @@ METHOD_HELP = ("global: map-reduce over community reports at --level (whole-corp
               help="Print one JSON object: answer, citations, cited records, the full context, usage, stats.")
 @click.option("--stream", is_flag=True, help="Print the answer as it is generated.")
 @click.option("--no-cache", is_flag=True, help="Ignore the answer cache (every call is made again).")
-def query_command(question: str, root: str, method: str, level: int | None, dynamic: bool,
+def query_command(question: str, root: str, method: str, level: int | None, dynamic: bool, budget: int | None,
                   response_type: str | None, index_dir: str | None, as_json: bool, stream: bool,
                   no_cache: bool) -> None:
     """Answer QUESTION from the index, with citations such as [Data: Reports (3, 17)].
@@ -66,6 +71,7 @@ def query_command(question: str, root: str, method: str, level: int | None, dyna
       sensegraph query "Who is Maria Okafor?" -m local --stream
       sensegraph query "..." -m global --dynamic --json > answer.json
       sensegraph query "..." --index ./ms-graphrag/output -m local     # a Microsoft GraphRAG index
+      sensegraph query "What are the main themes?" -m lazy --budget 500   # no reports needed
 
     The answer goes to stdout; the cited records and the cost (calls, tokens) to stderr.
     """
@@ -76,6 +82,8 @@ def query_command(question: str, root: str, method: str, level: int | None, dyna
     settings = settings_for(root)
     if dynamic and method != "global":
         fail("--dynamic works with --method global only")
+    if budget is not None and method != "lazy":
+        fail("--budget works with --method lazy only")
     if stream and as_json:
         fail("choose --stream or --json, not both")
     on_token = print_piece if stream else None
@@ -84,7 +92,7 @@ def query_command(question: str, root: str, method: str, level: int | None, dyna
         searcher = Searcher.open(settings, index_dir, cache=False if no_cache else None,
                                  log=lambda m: console.print(m, style="dim", highlight=False))
         try:
-            return await searcher.query(question, method, level=level, dynamic=dynamic,
+            return await searcher.query(question, method, level=level, dynamic=dynamic, budget=budget,
                                         response_type=response_type, on_token=on_token)
         finally:
             await searcher.aclose()
@@ -137,8 +145,20 @@ def print_footer(result) -> None:
         parts.append(f"level {st['level']}")
     if "dynamic" in st:
         parts.append(f"dynamic: {st['dynamic']['rated']} rated, {st['dynamic']['kept']} kept")
+    if "tests_used" in st:  # lazy search
+        levels = st.get("levels_reached") or []
+        parts.append(f"{st['tests_used']} of {st['budget']} relevance tests ({st['tester']}), "
+                     f"{st['relevant_units']} relevant units in {st['relevant_communities']} of "
+                     f"{st['communities_visited']} communities visited"
+                     + (f", levels {levels[0]}-{levels[-1]}" if len(levels) > 1 else
+                        f", level {levels[0]}" if levels else ""))
+        parts.append(f"{st['claims']} claims, {st['claims_reduced']} in the answer's context"
+                     + (f" ({st['claims_dropped']} dropped: no source in their batch)" if st.get("claims_dropped") else "")
+                     + (" · answered from the relevant units" if st.get("answered_from") == "sources" else ""))
     if "context_units" in st:
         parts.append(f"{st['context_units']} context units, {st['context_tokens']:,} tokens")
+    if "claim_calls" in st:
+        parts.append(f"{st['claim_calls']} claim + {st.get('reduce_calls', 0)} reduce calls")
     if "map_calls" in st:
         parts.append(f"{st['map_calls']} map + {st.get('reduce_calls', 0)} reduce calls")
     parts.append(f"{u['calls']} LLM calls (+{u['cache_hits']} cached), "

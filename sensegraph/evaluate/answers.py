@@ -6,6 +6,7 @@ A condition is written as:
     C2+dyn       global search with dynamic community selection
     TS           the text-summarisation baseline (map-reduce over source text)
     SS           the semantic-search baseline (vector RAG over text units)
+    Z100, Z500   lazy search with that relevance-test budget (Z<budget>; presets 100 / 500 / 1500)
     local, drift the other query methods
     NAME=SPEC@ROOT   SPEC run on another sensegraph project (its own settings and index), to
                      compare two configurations (models, chunking, prompts) on one question set
@@ -23,19 +24,22 @@ from ..llm.client import LLMError
 from .store import Bar, EvalStore, no_bar
 
 _LEVEL = re.compile(r"^[Cc](\d+|max)(\+dyn)?$")
+_LAZY = re.compile(r"^[Zz](\d+)$")
 
 
 @dataclass(frozen=True)
 class Condition:
     label: str
-    method: str  # global | text | basic | local | drift
+    method: str  # global | text | basic | local | drift | lazy
     level: int | None = None  # global: community level; None with method global = deepest
     dynamic: bool = False
     root: str | None = None  # another project; None = the evaluation's project
+    budget: int | None = None  # lazy: relevance tests of text units per question
 
     def describe(self) -> str:
         what = {"text": "TS (map-reduce over source text)", "basic": "SS (vector search over text units)",
-                "local": "local search", "drift": "DRIFT search"}.get(self.method)
+                "local": "local search", "drift": "DRIFT search",
+                "lazy": f"lazy search with a budget of {self.budget} relevance tests"}.get(self.method)
         if what is None:
             what = f"global search at level {self.level if self.level is not None else 'max'}" + \
                    (" with dynamic selection" if self.dynamic else "")
@@ -43,7 +47,7 @@ class Condition:
 
 
 def parse_condition(spec: str) -> Condition:
-    """`C1`, `Cmax`, `C2+dyn`, `TS`, `SS`, `local`, `drift`, or `NAME=SPEC@ROOT`."""
+    """`C1`, `Cmax`, `C2+dyn`, `TS`, `SS`, `Z100`, `local`, `drift`, or `NAME=SPEC@ROOT`."""
     spec = spec.strip()
     label = None
     root = None
@@ -58,12 +62,14 @@ def parse_condition(spec: str) -> Condition:
         level = None if m.group(1) == "max" else int(m.group(1))
         dyn = bool(m.group(2))
         cond = Condition(label or "", "global", level, dyn, root)
+    elif (z := _LAZY.match(spec)) and int(z.group(1)) > 0:
+        cond = Condition(label or f"Z{int(z.group(1))}", "lazy", root=root, budget=int(z.group(1)))
     elif spec.upper() in ("TS", "SS"):
         cond = Condition(label or spec.upper(), "text" if spec.upper() == "TS" else "basic", root=root)
     elif spec.lower() in ("local", "drift"):
         cond = Condition(label or spec.lower(), spec.lower(), root=root)
     else:
-        raise ValueError(f"unknown condition {spec!r}: use C0..C9, Cmax, C2+dyn, TS, SS, local, drift, "
+        raise ValueError(f"unknown condition {spec!r}: use C0..C9, Cmax, C2+dyn, TS, SS, Z100 (Z<budget>), local, drift, "
                          "or NAME=SPEC@PROJECT")
     if label is not None and not re.fullmatch(r"[\w.+-]+", label):
         raise ValueError(f"condition name {label!r}: use letters, digits, '.', '+', '-' or '_'")
@@ -105,6 +111,10 @@ def estimate_answer_calls(searcher, cond: Condition) -> int:
         return 1
     if cond.method == "drift":
         return 2 + s.query.drift_depth * s.query.drift_breadth * 2
+    if cond.method == "lazy":
+        from ..query.lazy_search import estimate_calls
+
+        return estimate_calls(s, cond.budget)
     try:
         from ..query.global_search import chunks, project_reports, shuffled
 
@@ -168,10 +178,12 @@ async def run_answers(settings: Settings, store: EvalStore, conditions: list[Con
             searcher = searchers[c.root]
             row: dict[str, Any] = {"question_id": q["id"], "condition": c.label, "method": c.method,
                                    "level": c.level, "dynamic": c.dynamic, "project": c.root or "",
-                                   "context_budget": searcher.settings.query_context_tokens()}
+                                   "context_budget": searcher.settings.query_context_tokens(),
+                                   **({"budget": c.budget} if c.budget is not None else {})}
             async with gate:
                 try:
-                    r = await searcher.query(q["question"], c.method, level=c.level, dynamic=c.dynamic)
+                    r = await searcher.query(q["question"], c.method, level=c.level, dynamic=c.dynamic,
+                                             budget=c.budget)
                 except (LLMError, ValueError) as exc:
                     failures.append(f"{q['id']} {c.label}: {exc}")
                     store.append("answers", {**row, "error": str(exc)})

@@ -6,8 +6,9 @@
 
 Methods: global (map-reduce over community reports at a level; `dynamic=True` for dynamic
 community selection), local (entity neighbourhood), drift (global priming + local follow-ups),
-basic (vector RAG over text units, the SS baseline) and text (map-reduce over text units, the
-TS baseline). Every method returns a `QueryResult`.
+basic (vector RAG over text units, the SS baseline), text (map-reduce over text units, the
+TS baseline) and lazy (relevance tests of text units under a budget, then claims; needs no
+community report). Every method returns a `QueryResult`.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .basic_search import basic_search
 from .data import GraphIndex, IndexNotFound
 from .drift_search import drift_search
 from .global_search import global_search, text_search
+from .lazy_search import lazy_search
 from .local_search import local_search
 
 
@@ -33,6 +35,7 @@ class Method:
     run: Callable[..., Awaitable[QueryResult]]
     summary: str
     by_level: bool = False  # takes `level` and `dynamic` (a community level to answer from)
+    by_budget: bool = False  # takes `budget` (relevance tests of text units)
 
 
 # The one list of query methods: the CLI, the Python API and the server take their names from here.
@@ -42,6 +45,8 @@ REGISTRY: dict[str, Method] = {
     "drift": Method(drift_search, "global priming, then local follow-up questions"),
     "basic": Method(basic_search, "vector search over source text (the SS baseline)"),
     "text": Method(text_search, "map-reduce over all source text (the TS baseline)"),
+    "lazy": Method(lazy_search, "relevance tests of text units under a budget, then claims (no reports needed)",
+                   by_budget=True),
 }
 METHODS: tuple[str, ...] = tuple(REGISTRY)
 
@@ -79,6 +84,7 @@ class Searcher:
         *,
         level: int | None = None,
         dynamic: bool = False,
+        budget: int | None = None,
         response_type: str | None = None,
         history: list[dict[str, str]] | None = None,
         on_token: Callable[[str], None] | None = None,
@@ -88,6 +94,8 @@ class Searcher:
             raise ValueError("the question is empty")
         if dynamic and not chosen.by_level:
             raise ValueError("dynamic community selection applies to global search only")
+        if budget is not None and not chosen.by_budget:
+            raise ValueError("a relevance-test budget applies to lazy search only")
         chat = self.settings.chat
         llm = open_chat(self.settings, cache=self.cache,
                         usage=Usage(chat.price_per_1k_prompt, chat.price_per_1k_completion))
@@ -95,7 +103,9 @@ class Searcher:
         q = Query(question.strip(), self.settings, self.index, llm, self.embedder,
                   response_type=response_type or "", history=list(history or []), on_token=on_token, log=self.log)
         # `level` is ignored by the other methods (local search reads its reports at query.level).
-        options = {"level": level, "dynamic": dynamic} if chosen.by_level else {}
+        options: dict = {"level": level, "dynamic": dynamic} if chosen.by_level else {}
+        if chosen.by_budget:
+            options["budget"] = budget  # None: lazy.budget
         try:
             return await chosen.run(q, **options)
         finally:
