@@ -41,15 +41,17 @@ def load_index(root: str | Path | Settings = ".") -> dict[str, pd.DataFrame]:
 async def asearch(question: str, method: str = "global", *, root: str | Path | Settings = ".",
                  index_dir: str | Path | None = None, level: int | None = None, dynamic: bool = False,
                  response_type: str | None = None, history: list[dict[str, str]] | None = None,
-                 on_token: Callable[[str], None] | None = None, cache: bool | None = None) -> QueryResult:
+                 on_token: Callable[[str], None] | None = None, cache: bool | None = None,
+                 budget: int | None = None) -> QueryResult:
     """Answer `question` over the index of the project at `root` (or the index folder
     `index_dir`, e.g. one written by Microsoft GraphRAG). `method` is one of
-    `sensegraph.query.METHODS`: global, local, drift, basic, text. `history` holds earlier turns as {"role", "content"} dicts;
-    `on_token` receives the final answer as it is generated."""
+    `sensegraph.query.METHODS`: global, local, drift, basic, text, lazy. `history` holds earlier turns
+    as {"role", "content"} dicts; `on_token` receives the final answer as it is generated; `budget`
+    is the lazy method's number of relevance tests (default: lazy.budget)."""
     searcher = Searcher.open(_settings(root), index_dir, cache=cache)
     try:
         return await searcher.query(question, method, level=level, dynamic=dynamic, response_type=response_type,
-                                    history=history, on_token=on_token)
+                                    history=history, on_token=on_token, budget=budget)
     finally:
         await searcher.aclose()
 

@@ -18,7 +18,8 @@ DRY_RUN_OPTION = click.option("--dry-run", is_flag=True, help="Print the estimat
 NO_CACHE_OPTION = click.option("--no-cache", is_flag=True, help="Ignore the LLM answer cache (calls are made again).")
 CONDITIONS_OPTION = click.option(
     "--conditions", "-c", "conditions", multiple=True,
-    help="Conditions, comma-separated or repeated. Default: every condition with stored answers.")
+    help="Conditions, comma-separated or repeated: C0..C3, Cmax, C2+dyn, TS, SS, Z<budget> (lazy search, "
+         "e.g. Z100, Z500), other=C2@../proj2. Default: every condition with stored answers.")
 
 
 def _root_option(f):
