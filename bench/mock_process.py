@@ -51,9 +51,10 @@ class MockProcess:
 
 
 @contextmanager
-def mock_server_process(latency: float = 0.0) -> Iterator[MockProcess]:
+def mock_server_process(latency: float = 0.0, *args: str) -> Iterator[MockProcess]:
+    """`args`: more options of tests/mock_llm.py, e.g. "--yes-rate", "0.3"."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(MOCK), "--port", str(port), "--latency", str(latency)],
+    server = subprocess.Popen([sys.executable, str(MOCK), "--port", str(port), "--latency", str(latency), *args],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port)

@@ -97,9 +97,13 @@ def _window(text: str, phrase: str, width: int = 160) -> str:
 class _Gen:
     """Builds a schema instance from text; `rng` makes choices depend on the request body."""
 
-    def __init__(self, text: str, rng: random.Random):
+    def __init__(self, text: str, rng: random.Random, yes_rate: float = 0.0):
         self.text = text
         self.rng = rng
+        self.yes_rate = yes_rate
+        # With yes_rate set the mock also reads the ids of the prompt's `id|text` table rows and
+        # cites those (a mock that answers about its context, as benchmarks of retrieval need).
+        self.rows = [int(m) for m in re.findall(r"(?m)^(\d+)\|", text)] if yes_rate else []
         self.phrases = _phrases(text)
         self.k = max(1, min(4, len(self.phrases)))  # items per array: entity i <-> relationship i
 
@@ -129,9 +133,13 @@ class _Gen:
             return [self.value(schema.get("items", {}), field, j) for j in range(n)]
         if t == "string":
             return self.string(schema, field.lower(), i)
+        if t == "integer" and self.rows and field.lower() in ("id", "ids", "sources"):
+            return self.rows[i % len(self.rows)]
         if t in ("integer", "number"):
             return self.number(schema, t, field.lower())
         if t == "boolean":
+            if self.yes_rate and field != "missed":  # e.g. relevance verdicts: some yes, by request
+                return self.rng.random() < self.yes_rate
             return False  # "were entities missed?" -> no, so gleaning loops end
         return None
 
@@ -211,7 +219,7 @@ def _wants_json(body: dict[str, Any]) -> bool:
     return bool(body.get("response_format")) or _hint_schema(body) is not None
 
 
-def _chat_answer(body: dict[str, Any], digest: bytes, fault: str) -> tuple[str, str]:
+def _chat_answer(body: dict[str, Any], digest: bytes, fault: str, yes_rate: float = 0.0) -> tuple[str, str]:
     """(content, finish_reason) for a chat request."""
     text = _last_user(body)
     rng = random.Random(digest)
@@ -233,7 +241,7 @@ def _chat_answer(body: dict[str, Any], digest: bytes, fault: str) -> tuple[str, 
         # ("truncated" plain text is cut in transfer by _chat: a shorter text that claims to be
         # complete would be a different answer, not a fault any client could notice.)
         return content, "stop"
-    instance = _Gen(text, rng).value(schema)
+    instance = _Gen(text, rng, yes_rate).value(schema)
     if fault == "invalid":
         instance = _break(instance, schema)
     content = json.dumps(instance, ensure_ascii=False)
@@ -265,7 +273,7 @@ class MockServer:
     def __init__(self, *, latency: float = 0.0, faults: dict[str, float] | None = None,
                  script: list[str] | None = None, seed: int = 0, host: str = "127.0.0.1", port: int = 0,
                  reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
-                 api_key: str | None = None):
+                 api_key: str | None = None, yes_rate: float = 0.0):
         unknown = set(faults or {}) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)}; allowed: {', '.join(FAULTS)}")
@@ -280,6 +288,8 @@ class MockServer:
         # Like a real server: unknown model names get 404, a missing or wrong key gets 401.
         self.models = tuple(models) if models is not None else None
         self.api_key = api_key
+        # Share of boolean fields (other than gleaning's "missed") answered true.
+        self.yes_rate = yes_rate
         self.last_headers: dict[str, str] = {}
         self.requests: deque[dict[str, Any]] = deque(maxlen=1000)  # the last request bodies
         self._seen: Counter[bytes] = Counter()  # occurrences per body: faults repeat per request order
@@ -499,7 +509,7 @@ class MockServer:
                 self._in_flight -= 1
 
     def _chat(self, writer: asyncio.StreamWriter, body: dict[str, Any], digest: bytes, fault: str) -> None:
-        content, finish = _chat_answer(body, digest, fault)
+        content, finish = _chat_answer(body, digest, fault, self.yes_rate)
         prompt = sum(_tokens(m.get("content") or "") for m in body.get("messages") or []
                      if isinstance(m.get("content"), str))
         usage = {"prompt_tokens": prompt, "completion_tokens": _tokens(content),
@@ -581,7 +591,7 @@ def _error(message: str, etype: str) -> dict[str, Any]:
 def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None = None,
                       script: list[str] | None = None, seed: int = 0, port: int = 0,
                       reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
-                      api_key: str | None = None) -> MockServer:
+                      api_key: str | None = None, yes_rate: float = 0.0) -> MockServer:
     """Start a mock server in a background thread; use as a context manager or call `.stop()`.
 
     faults: rates per fault, e.g. {"429": 0.1, "hang": 0.01} (FAULTS lists them).
@@ -592,7 +602,7 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
     api_key: if set, requests without `Authorization: Bearer <api_key>` get 401.
     """
     return MockServer(latency=latency, faults=faults, script=script, seed=seed, port=port,
-                      reject_formats=reject_formats, models=models, api_key=api_key).start()
+                      reject_formats=reject_formats, models=models, api_key=api_key, yes_rate=yes_rate).start()
 
 
 def main() -> None:
@@ -606,6 +616,8 @@ def main() -> None:
     ap.add_argument("--reject", default="", help="response_format types to refuse, e.g. json_schema")
     ap.add_argument("--models", default="", help="comma-separated model names served; others get 404")
     ap.add_argument("--api-key", default=None, help="require this bearer key (others get 401)")
+    ap.add_argument("--yes-rate", type=float, default=0.0,
+                    help="share of yes/no fields (relevance verdicts; not gleaning's 'missed') answered yes")
     args = ap.parse_args()
     faults: dict[str, float] = {}
     if args.fault_rate:
@@ -616,7 +628,7 @@ def main() -> None:
     server = start_mock_server(latency=args.latency, faults=faults, seed=args.seed, port=args.port,
                                reject_formats=tuple(x for x in args.reject.split(",") if x),
                                models=tuple(x for x in args.models.split(",") if x) or None,
-                               api_key=args.api_key)
+                               api_key=args.api_key, yes_rate=args.yes_rate)
     print(f"mock LLM at {server.base_url} (latency {args.latency}s, faults {faults or 'none'})", flush=True)
     try:
         while True:
