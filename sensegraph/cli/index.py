@@ -160,7 +160,10 @@ def print_summary(result) -> None:
     table.add_row("communities", ", ".join(f"C{lvl}: {n}" for lvl, n in per_level.items()))
     table.add_row("reports", str(len(t["community_reports"])))
     total = stats["llm"]["total"]
-    table.add_row("LLM calls", f"{total['calls']} (+{total['cache_hits']} from cache)")
+    embed = stats["llm"].get("embed", {})
+    chat_calls, chat_hits = total["calls"] - embed.get("calls", 0), total["cache_hits"] - embed.get("cache_hits", 0)
+    table.add_row("LLM calls", f"{chat_calls} chat (+{chat_hits} from cache), "
+                  f"{embed.get('calls', 0)} embedding batches (+{embed.get('cache_hits', 0)} from cache)")
     cached = total.get("cached_prompt_tokens", 0)
     table.add_row("tokens", f"{total['prompt_tokens']:,} prompt"
                   + (f" ({cached:,} from the server's prompt cache)" if cached else "")

@@ -119,8 +119,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         # 6. community reports, bottom-up (a lazy index has none: its LLM work waits for a question)
         reports = (await steps.run("community_reports", _reports, writes={"community_reports": ""},
                                    communities=comms, llm=llm, language=language, **elements,
-                                   lazy=settings.index_method == "lazy",
-                                   extra={"advance": bar("community reports", len(comms))}
+                                   lazy=settings.index_method == "lazy", extra={"bar": bar}
                                    )).tables["community_reports"]
         # 7. embeddings for search
         tables = {"documents": docs, "text_units": units, **elements, "communities": comms,
@@ -274,11 +273,12 @@ def _communities(*, entities: pd.DataFrame, relationships: pd.DataFrame, numberi
 
 async def _reports(*, communities: pd.DataFrame, entities: pd.DataFrame, relationships: pd.DataFrame,
                    covariates: pd.DataFrame, llm: ChatClient, language: str, lazy: bool, settings: Settings,
-                   advance: Callable[[int], None]) -> Output:
+                   bar: BarFactory) -> Output:
     if lazy:  # an empty table, so every tool that opens an index finds one
         return Output({"community_reports": pd.DataFrame(columns=TABLES["community_reports"])}, stats={"reports": 0})
     reports, failed = await community_reports.write_reports(communities, entities, relationships, covariates, llm,
-                                                            settings=settings, language=language, advance=advance)
+                                                            settings=settings, language=language,
+                                                            advance=bar("community reports", len(communities)))
     return Output({"community_reports": reports}, failed=[str(f) for f in failed], items=len(communities),
                   stats={"reports": len(reports)})
 
