@@ -91,9 +91,9 @@ _LEADING = frozenset("""the a an this that these those my your his her its our t
 no all both either neither another such what which whatever""".split())
 # Adjectives that make a phrase vaguer, not a different concept ("other people", "great question");
 # not "big", "real", "general": "big data", "real estate" and "general relativity" are concepts.
-_VAGUE_MODIFIERS = frozenset("""other many much few several various certain same own whole entire great good nice
-bad best better more most less least lot lots different similar next last particular specific actual sure able
-likely""".split())
+_VAGUE_MODIFIERS = frozenset("""other many much few several various certain same own whole entire great good
+nice new first bad best better more most less least lot lots different similar next last particular specific
+actual sure able likely""".split())
 # Nouns too generic to be a concept on their own (keys, after singularisation).
 STOP_NOUNS = frozenset("""thing stuff lot lots way people person kind sort type bit something anything everything
 nothing someone anyone everyone somebody anybody everybody one ones part point fact case guy folk sense end
