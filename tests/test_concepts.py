@@ -87,6 +87,16 @@ def test_english_stop_phrases_numbers_and_dates_dropped(english):
     assert all(len(k.split()) <= concepts.MAX_WORDS for k in keys)
 
 
+def test_english_hyphenated_words_and_plurals():
+    text = ("We got behind-the-scenes insights into state-of-the-art technology, data-driven approaches, "
+            "real-time data and social media. The children love GPUs.")
+    found = concept_instances(_units([text]), language="en", settings=Settings())
+    assert list(found["title"]) == ["insight", "technology", "approach", "real-time data", "social media",
+                                    "child", "GPU"]
+    assert list(found["surface"]) == ["insights", "technology", "approaches", "real-time data", "social media",
+                                      "children", "GPUs"]
+
+
 def test_english_rows_do_not_depend_on_batching(english, monkeypatch):
     units, found = english
     assert concept_instances(units, language="en", settings=Settings()).equals(found)

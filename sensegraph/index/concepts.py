@@ -182,6 +182,10 @@ class _Found:
     sentence_end: int
 
 
+# Plurals used as mass nouns: "data" is not "datum" in a concept.
+_MASS_PLURALS = frozenset({"data", "metadata", "media"})
+
+
 class _Singular:
     """Singular of a plural noun, by the pipeline's own rule lemmatizer (cached per word)."""
 
@@ -192,6 +196,8 @@ class _Singular:
     def __call__(self, token: Any) -> str:
         text = token.text
         got = self.cache.get(text)
+        if got is None and text.casefold() in _MASS_PLURALS:
+            got = self.cache[text] = text
         if got is None:
             token.pos_ = "NOUN"  # the rule lemmatizer needs a coarse tag; we run no attribute ruler
             lemmas = self.lemmatizer.rule_lemmatize(token)
@@ -258,8 +264,16 @@ def _english_doc(doc: Any, singular: _Singular) -> list[_Found]:
     # noun phrases: maximal runs of modifiers/nouns (hyphens inside a word) ending in a noun
     tags = [t.tag_ for t in doc]
     k, n = 0, len(doc)
+
+    def glued(i: int) -> bool:
+        """Token i is a hyphen attached to the word before it."""
+        return 0 < i < n and tags[i] == "HYPH" and not doc[i - 1].whitespace_
+
+    # A hyphenated word is in a phrase whole or not at all: "behind-the-scenes insights" gives
+    # "insight", not "scenes insight"; "state-of-the-art" gives no "state".
     while k < n:
-        if blocked[k] or not (tags[k] in _NOUN_TAGS or tags[k] in _MODIFIER_TAGS):
+        if blocked[k] or not (tags[k] in _NOUN_TAGS or tags[k] in _MODIFIER_TAGS) or (
+                glued(k - 1) and not doc[k - 1].whitespace_):
             k += 1
             continue
         start = k
@@ -269,6 +283,8 @@ def _english_doc(doc: Any, singular: _Singular) -> list[_Found]:
                     and (tags[k + 1] in _NOUN_TAGS or tags[k + 1] in _MODIFIER_TAGS))):
             k += 1
         end = k
+        if glued(end):
+            end -= 1
         while end > start and tags[end - 1] not in _NOUN_TAGS:
             end -= 1
         if end > start and (start, end) not in named:
