@@ -2,7 +2,9 @@
 mock whose plain-text answers carry a citation (the stock mock's answers cite nothing).
 
 The index is deterministic: the mock's answers depend only on the request body, so every build
-gives the same tables, and any mock server can answer queries over it.
+gives the same tables, and any mock server can answer queries over it. Two lazy indexes of the
+same documents: build_lazy_index (synthetic, from the standard one: no NLP needed) and
+build_nlp_lazy_index (`index_method: lazy`, the lazy extra's NLP).
 """
 from __future__ import annotations
 
@@ -133,7 +135,7 @@ class CitingServer(MockServer):
                                  "usage": usage})
 
 
-def settings_for(root: Path, server: MockServer) -> Settings:
+def settings_for(root: Path, server: MockServer, index_method: str = "standard") -> Settings:
     endpoint = {"provider": "openai", "base_url": server.base_url, "model": "mock", "api_key": "k",
                 "retry_base_seconds": 0.01, "max_retries": 2}
     # No answer cache: tests change the scripted answer between questions.
@@ -141,13 +143,13 @@ def settings_for(root: Path, server: MockServer) -> Settings:
                                                   # small chunks and clusters: a 3-level hierarchy
                                                   "chunks": {"size": 60, "overlap": 20},
                                                   "communities": {"max_cluster_size": 3},
-                                                  "cache": {"enabled": False}})
+                                                  "cache": {"enabled": False}, "index_method": index_method})
 
 
 def build_index(base: Path) -> Path:
     """The project folder of the test index (built on first use in this session)."""
     if "root" not in _BUILT:
-        _BUILT["root"] = _standard_index(base / "explorer-project")
+        _BUILT["root"] = _index(base / "explorer-project")
     return _BUILT["root"]
 
 
@@ -161,7 +163,7 @@ def build_lazy_index(base: Path) -> Path:
     NLP, which the explorer cannot tell apart and need not.
     """
     if "lazy" not in _BUILT:
-        root = _standard_index(base / "explorer-lazy-project")
+        root = _index(base / "explorer-lazy-project")
         out = root / "output"
         entities = read_table(out, "entities")
         write_table(titles_from_members(read_table(out, "communities"), entities), out, "communities")
@@ -185,7 +187,15 @@ def build_lazy_index(base: Path) -> Path:
     return _BUILT["lazy"]
 
 
-def _standard_index(root: Path) -> Path:
+def build_nlp_lazy_index(base: Path) -> Path:
+    """The project folder of a real lazy index of the same documents (`index_method: lazy`:
+    concepts by NLP, which needs the `lazy` extra; no chat call)."""
+    if "nlp-lazy" not in _BUILT:
+        _BUILT["nlp-lazy"] = _index(base / "explorer-nlp-lazy-project", "lazy")
+    return _BUILT["nlp-lazy"]
+
+
+def _index(root: Path, index_method: str = "standard") -> Path:
     (root / "input").mkdir(parents=True, exist_ok=True)
     for name, text in DOCS.items():
         p = root / "input" / name
@@ -193,7 +203,7 @@ def _standard_index(root: Path) -> Path:
         os.utime(p, (MTIME, MTIME))
     with start_citing_server() as server:
         # In a thread of its own: Playwright's sync API keeps an event loop running in this one.
-        settings = settings_for(root, server)
+        settings = settings_for(root, server, index_method)
         failed: list[BaseException] = []
 
         def work() -> None:

@@ -16,7 +16,8 @@ pytest.importorskip("fastapi", reason="the server tests need the serve extra: pi
 from click.testing import CliRunner  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from explorer_index import build_index, build_lazy_index, settings_for, start_citing_server  # noqa: E402
+from explorer_index import (build_index, build_lazy_index, build_nlp_lazy_index, settings_for,  # noqa: E402
+                            start_citing_server)
 from mock_llm import start_mock_server  # noqa: E402
 from sensegraph.query import METHODS, GraphIndex  # noqa: E402
 from sensegraph.server import create_app  # noqa: E402
@@ -207,7 +208,7 @@ def test_lazy_index_loads_and_lists_communities_named_by_their_concepts(lazy_cli
         assert c["title"] == table_titles[c["community"]] and c["rating"] is None and c["summary"] == ""
         top = c["top_concepts"]
         # the title names the most frequent members, and the card lists them in that order
-        assert [e["title"] for e in top[:3]] == c["title"].split(", ")
+        assert ", ".join(e["title"] for e in top[:3]) == c["title"]
         freqs = [e["frequency"] for e in top]
         assert freqs == sorted(freqs, reverse=True) and len(top) == min(6, c["size"])
         assert all(entities.loc[e["ref"], "title"] == e["title"] and e["type"] for e in top)
@@ -229,6 +230,22 @@ def test_lazy_index_loads_and_lists_communities_named_by_their_concepts(lazy_cli
     assert lazy_client.get(f"/api/reports/{r}").status_code == 404
     graph = lazy_client.get(f"/api/communities/{r}/graph").json()
     assert len(graph["nodes"]) == len(members) and graph["edges"]
+
+
+def test_a_real_lazy_index_loads_with_concept_named_communities(tmp_path_factory, llm):
+    pytest.importorskip("spacy", reason="a real lazy index needs the lazy extra: pip install '.[lazy]'")
+    root = build_nlp_lazy_index(tmp_path_factory.getbasetemp())
+    index = GraphIndex.load(root / "output")
+    assert index.reports.empty and len(index.communities) and llm
+    with TestClient(create_app(root / "output", settings_for(root, llm))) as c:
+        info = c.get("/api/info").json()
+        assert info["method"] == "lazy" and info["counts"]["entities"] == len(index.entities)
+        tree = c.get("/api/communities").json()
+        assert {x["title"] for x in tree["communities"]} == set(index.communities["title"])
+        for x in tree["communities"]:
+            assert ", ".join(e["title"] for e in x["top_concepts"][:3]) == x["title"]
+        detail = c.get(f"/api/communities/{tree['roots'][0]}").json()
+        assert detail["report"] is None and detail["entities"] and detail["text_units"]
 
 
 def test_a_question_without_a_method_gets_the_lazy_index_default(lazy_client, llm):
