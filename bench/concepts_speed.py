@@ -91,6 +91,7 @@ def main() -> None:
     entities, relationships = cooccurrence.concept_graph(found, units, settings=settings, language="en")
     graph = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # n_process > 1: the workers
 
     per_token = extract / corpus_tokens
     rows = [
@@ -101,7 +102,7 @@ def main() -> None:
          f"{extract:.1f} s = {corpus_tokens / extract:,.0f} corpus tokens/s ({unit_tokens / extract:,.0f} unit tokens/s)"),
         ("concept instances / distinct keys", f"{len(found):,} / {found['key'].nunique():,}"),
         ("co-occurrence graph", f"{graph:.1f} s: {len(entities):,} entities, {len(relationships):,} relationships"),
-        ("peak RSS", f"{rss:.0f} MB"),
+        ("peak RSS", f"{rss:.0f} MB" + (f" (largest worker {child_rss:.0f} MB)" if args.n_process > 1 else "")),
         (f"extrapolated to {CORPUS_TOKENS:,} tokens",
          f"extraction {per_token * CORPUS_TOKENS / 60:.1f} min (goal < {GOAL_SECONDS / 60:.0f} min), "
          f"+ load {load:.0f} s"),

@@ -84,6 +84,18 @@ def test_english_stop_phrases_numbers_and_dates_dropped(english):
                   "$3 million", "3 million", "two", "other people"):
         assert noise not in keys, noise
     assert all(any(ch.isalpha() for ch in k) for k in keys)
+
+
+def test_english_transcript_noise_dropped():
+    text = ("KEVIN SCOTT: Behind_the_Tech_Kevin Scott_Podcast part 2. That was a little bit of an "
+            "interesting thing. (Laughter) [MUSIC] It took a long time, but the research question was "
+            "good. Mail behindthetech@microsoft.com or see https://example.com/tech for the show notes.")
+    found = concept_instances(_units([text]), language="en", settings=Settings())
+    keys = set(found["key"])
+    assert {"research question", "show note"} <= keys
+    for noise in ("little bit", "interesting thing", "long time", "laughter", "music"):
+        assert noise not in keys, noise
+    assert not any("_" in k or "@" in k or "http" in k for k in keys)
     assert all(len(k.split()) <= concepts.MAX_WORDS for k in keys)
 
 
@@ -219,6 +231,20 @@ def test_graph_invariants_and_ids():
     alpha = entities.set_index("title").loc["Alpha"]
     assert alpha["type"] == "PERSON" and alpha["aliases"] == ["alpha"]
     assert entities["pagerank"].sum() == pytest.approx(1.0)
+
+
+def test_type_is_the_majority_where_a_bare_name_does_not_vote():
+    rows = [("u0", "Alpha", 0), ("u1", "Alpha", 0), ("u2", "Alpha", 0), ("u0", "Beta", 0), ("u1", "Beta", 0),
+            ("u2", "Beta", 0), ("u0", "Gamma", 0), ("u1", "Gamma", 0)]
+    found = _instances(rows)
+    # Alpha: the NER said PERSON once and missed it twice (NAME); Beta: a common noun the NER
+    # once took for a person; Gamma: never typed
+    found["type"] = ["NAME", "PERSON", "NAME", "NOUN_PHRASE", "PERSON", "NOUN_PHRASE", "NAME", "NAME"]
+    entities, _ = concept_graph(found, HAND_UNITS, settings=_settings(min_frequency=1))
+    by_title = entities.set_index("title")
+    assert by_title.loc["Alpha", "type"] == "PERSON" and by_title.loc["Alpha", "other_types"] == ["NAME"]
+    assert by_title.loc["Beta", "type"] == "NOUN_PHRASE" and by_title.loc["Beta", "other_types"] == ["PERSON"]
+    assert by_title.loc["Gamma", "type"] == "NAME"
 
 
 def test_max_per_unit_keeps_the_corpus_most_frequent():

