@@ -147,6 +147,11 @@ def test_chinese_names_and_sentences():
     assert all(len(k) >= 2 for k in keys)
 
 
+def test_chinese_sentence_keeps_its_closing_quote():
+    text = "悟空道：“我去花果山！”玉帝闻言大怒。"
+    assert [text[a:b] for a, b in concepts._chinese_sentences(text)] == ["悟空道：“我去花果山！”", "玉帝闻言大怒。"]
+
+
 def test_chinese_novel_graph(shared_data):
     text = (shared_data / "xiyouji-ch01-07.txt").read_text(encoding="utf-8")
     docs = pd.DataFrame({"id": ["xyj"], "human_readable_id": [0], "title": ["xyj"], "text": [text]})

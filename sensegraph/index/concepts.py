@@ -351,7 +351,8 @@ CHINESE_COMMON = frozenset({"n", "nl", "ng"})
 CHINESE_STOP = frozenset("""时候 东西 事情 地方 方面 情况 问题 人们 大家 样子 时间 一些 今天 明天 昨天 这里 那里 其中
 部分 方式 东西 原因 结果 意思 办法 地步 人家 自己 之间 以后 以前 当时 现在 过去 将来 一切 所有 大概 
 开始 最后 之后 那时 此时 那种 这种 这样 那样 哪里 有人 人物""".split())
-_CHINESE_SENTENCE_END = re.compile(r"[。！？；!?;\n]+")
+# A closing quote or bracket after the end mark belongs to the sentence it closes.
+_CHINESE_SENTENCE_END = re.compile(r"[。！？；!?;\n]+[”’」』）)]*")
 _MAX_COMPOUND = 3  # common nouns joined into one compound at most
 HMM = True
 
