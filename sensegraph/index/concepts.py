@@ -414,8 +414,6 @@ def _chinese_text(text: str, tagger: Any) -> list[_Found]:
                     add(word, NAME, pos)
             pos += len(word)
         flush()
-    # A compound is reported when it ends, a proper noun at once: restore text order.
-    found.sort(key=lambda f: (f.start, f.end))
     return found
 
 

@@ -33,9 +33,8 @@ import pandas as pd
 from ..config import Settings
 from ..language import detect_language
 from ..store.tables import content_id
+from .concepts import NAME
 from .summarize import ENTITY_COLUMNS, RELATIONSHIP_COLUMNS
-
-NAME = "NAME"  # concepts.NAME: a proper noun the NER gave no type (not imported: the NLP side)
 
 ENTITY_STAT_COLUMNS = ["pagerank"]
 RELATIONSHIP_STAT_COLUMNS = ["pmi", "npmi"]
