@@ -178,6 +178,11 @@ class LazySettings(_Section):
     tester: Literal["auto", "chat", "embedding"] = "auto"
     embedding_margin: float = Field(0.05, ge=0, le=2)
     embedding_threshold: float = Field(0.0, ge=0, le=1, description="also relevant at this similarity or more (0 = off)")
+    # A relevance test reads a unit's best-matching window of sentences (lexical, BM25), a
+    # claim extraction its best windows grown into their neighbours: the part of a ~1,200-token
+    # unit that bears on a question is a few sentences (sensegraph/query/passages.py).
+    snippet_tokens: int = Field(120, ge=20, description="tokens of a unit a relevance test reads: its best sentences")
+    claim_tokens: int = Field(300, ge=20, description="tokens of a relevant unit claims are drawn from: its best passages")
     test_max_tokens: int = Field(600, ge=64, description="answer of one relevance-test call")
     claims_max_tokens: int = Field(800, ge=64, description="answer of one claim-extraction call")
 

@@ -127,10 +127,12 @@ class Script:
         return "The boats were found [Data: Sources (" + ", ".join(map(str, refs + [777])) + ")]."
 
 
-def make(tmp_path, script: Script, question: str = QUESTION, tables=None, server=None, **lazy) -> tuple[Query, ScriptedLLM]:
+def make(tmp_path, script: Script, question: str = QUESTION, tables=None, server=None, query=None,
+         **lazy) -> tuple[Query, ScriptedLLM]:
     settings = load_settings(tmp_path, overrides={
         "chat": {"provider": "openai", "model": "scripted", "base_url": "http://scripted/v1", "api_key": "k"},
-        "cache": {"enabled": False}, "lazy": {"tester": "chat", "units_per_community": 2, **lazy}})
+        "cache": {"enabled": False}, "lazy": {"tester": "chat", "units_per_community": 2, **lazy},
+        "query": query or {}})
     responder = refusing_json_schema(script) if server == "no_json_schema" else script
     llm = ScriptedLLM(responder)
     q = Query(question, settings, GraphIndex(tmp_path, tables or lazy_tables()), llm.client(settings.chat),
@@ -278,6 +280,132 @@ def test_claims_are_ranked_round_robin_over_communities(tmp_path):
               Found("zero", [2], 1, 0, 8, 3)]
     # community 7 has more relevant units, so it leads; community 8 is heard before 7's second claim
     assert [c.text for c in rank_claims(claims, search)] == ["a1", "b1", "a2"]
+
+
+# -- passages: what the tester and the claim extractor read --------------------------------------
+FILLER = "The weather on day {} was grey and the market sold bread."
+SINKING = "Then the harbor fishing boats sank in the storm, fact one."
+
+
+def long_unit(before: int = 30, after: int = 30, middle: str = SINKING) -> str:
+    """A unit of ~{before + after} filler sentences that share no word with the question, with
+    the one sentence that answers it in the middle; wrapped over lines as books are."""
+    sentences = ([FILLER.format(i) for i in range(before)] + [middle]
+                 + [FILLER.format(i) for i in range(before, before + after)])
+    return "\n".join(" ".join(sentences[i:i + 3]) for i in range(0, len(sentences), 3))
+
+
+def sent(llm: ScriptedLLM, kind: str) -> dict[int, str]:
+    """unit id -> the text a call of `kind` (Verdicts or Claims) was given for it."""
+    return {ref: text for b in llm.requests if asked(b) == kind for ref, text in rows_of(b)}
+
+
+def test_a_relevance_test_reads_the_window_that_holds_the_questions_terms(tmp_path):
+    from sensegraph.tokens import count_tokens
+
+    text = long_unit()
+    assert count_tokens(text) > 800
+    script = Script()  # relevant = "fact" in the text it is shown: only if the middle sentence is
+    q, llm = make(tmp_path, script, tables=lazy_tables({**TEXTS, 0: text}), barren_communities=3, snippet_tokens=60)
+    r = run(lazy_search(q, budget=100))
+    shown = sent(llm, "Verdicts")[100]
+    assert SINKING in shown and not shown.startswith(FILLER.format(0)) and shown.startswith("…")
+    assert count_tokens(shown) <= 60 and "\n" not in shown
+    assert shown.replace("… ", "").replace(" …", "") in " ".join(text.split())  # consecutive sentences
+    assert sent(llm, "Verdicts")[101] == TEXTS[1]  # a unit within the cap is sent whole
+    tested = {t["unit"]: t for t in r.stats["tested"]}
+    assert tested[100]["relevant"] is True and tested[100]["passage_tokens"] == count_tokens(shown)
+    assert r.stats["snippet_tokens"] == 60
+
+
+def test_claims_read_a_larger_passage_and_still_cite_their_units(tmp_path):
+    from sensegraph.tokens import count_tokens
+
+    # u0 answers in two places far apart: the claim passage holds both, the test's window one.
+    second = "Later the harbor boats were raised from the storm and fishing resumed."
+    text = long_unit(middle=SINKING + " " + " ".join(FILLER.format(100 + i) for i in range(20)) + " " + second)
+    script = Script()
+    q, llm = make(tmp_path, script, tables=lazy_tables({**TEXTS, 0: text}), barren_communities=3,
+                  snippet_tokens=40, claim_tokens=150)
+    r = run(lazy_search(q, budget=100))
+    tested, claimed = sent(llm, "Verdicts")[100], sent(llm, "Claims")[100]
+    assert count_tokens(tested) <= 40 and 40 < count_tokens(claimed) <= 150
+    assert SINKING in claimed and second in claimed and "… " in claimed.strip("… ")  # two windows, a gap
+    assert sorted(sent(llm, "Claims")) == [100, 101, 102]  # the relevant units, by their ids
+    used = r.stats["claims_used"]
+    assert sorted(s for c in used for s in c["sources"]) == [100, 101, 102]
+    assert sorted(r.citations["Sources"]) == [100, 101, 102]
+    # the context shown with the result is what the claim extractor read
+    assert {rec["ref"]: rec["text"] for rec in r.context.records()["Sources"].values()}[100] == claimed
+
+
+@pytest.mark.parametrize("cap", [25, 60, 150])
+def test_snippet_tokens_and_claim_tokens_are_respected(tmp_path, cap):
+    from sensegraph.tokens import count_tokens
+
+    no_stop = "harbor fishing boats " * 200 + "fact"  # one sentence longer than any cap: cut
+    texts = {i: long_unit(10 + i, 40 - i) for i in range(15)} | {3: no_stop}
+    script = Script(relevant=lambda text: True)
+    q, llm = make(tmp_path, script, tables=lazy_tables(texts), barren_communities=3, snippet_tokens=cap,
+                  claim_tokens=2 * cap)
+    r = run(lazy_search(q, budget=100))
+    tests, claims = sent(llm, "Verdicts"), sent(llm, "Claims")
+    assert len(tests) == 15 and len(claims) == 15
+    assert all(count_tokens(t) <= cap for t in tests.values()), sorted(count_tokens(t) for t in tests.values())
+    assert all(count_tokens(t) <= 2 * cap for t in claims.values())
+    assert all(t["passage_tokens"] <= cap for t in r.stats["tested"])
+    # windows are filled, not stingy: the first sentences of a match use most of the cap
+    assert all(count_tokens(t) >= cap // 2 for t in tests.values())
+
+
+def test_a_chinese_unit_sends_the_sentence_that_holds_the_questions_characters(tmp_path):
+    from sensegraph.tokens import count_tokens
+
+    filler = [f"第{i}天的天气很好，集市上卖面包。" for i in range(40)]
+    middle = "后来港口的渔船在风暴中沉没了！"
+    unit = "".join(filler[:20]) + middle + "".join(filler[20:])
+    texts = {0: unit, 1: "港口 风暴", 2: "学校 预算", 3: "学校", 4: "博物馆", 5: "灯塔", 6: "渔船", 7: "渔船 市场",
+             8: "市场", 9: "桥", 10: "选举", 11: "议会", 12: "档案", 13: "灯塔 桥", 14: "风暴"}
+    script = Script(subqueries=["港口的渔船怎么了"], relevant=lambda text: "沉没" in text)
+    q, llm = make(tmp_path, script, question="港口的渔船发生了什么？", tables=lazy_tables(texts), snippet_tokens=50)
+    r = run(lazy_search(q, budget=15))
+    shown = sent(llm, "Verdicts")[100]
+    assert middle in shown and filler[0] not in shown and count_tokens(shown) <= 50
+    assert [t["unit"] for t in r.stats["tested"] if t["relevant"]] == [100]
+
+
+def test_passage_picks_by_idf_and_splits_sentences_in_both_scripts():
+    from sensegraph.query.passages import Vocabulary, passage, sentences, terms
+
+    assert terms("The Harbor's fishing boats, 港口渔船") == ["harbor", "fishing", "boat", "港口", "口渔", "渔船"]
+    assert sentences("Mr. Scrooge said 'no.' He left! 他走了。她呢？好\n\nNext", 100) == [
+        "Mr. Scrooge said 'no.' ", "He left! ", "他走了。", "她呢？", "好\n\n", "Next"]
+    # "harbor" is in every unit, "lighthouse" in one: the rare term decides the window
+    units = [" ".join(["The harbor was busy that day."] * 20 + ["A storm hit the lighthouse on the cliff."]
+                      + ["Bread was sold at the harbor market."] * 20)] + ["the harbor"] * 9
+    weights = Vocabulary.of(units).weights(["harbor lighthouse"])
+    assert weights["lighthouse"] > 3 * weights["harbor"]
+    shown = passage(units[0], weights, 30)
+    assert "lighthouse" in shown and shown.startswith("…") and shown.endswith("…")
+    # no term of the query at all: the unit's beginning, not an arbitrary window
+    assert passage(units[0], Vocabulary.of(units).weights(["volcano"]), 30).startswith("The harbor was busy")
+
+
+def test_every_lazy_call_keeps_its_data_within_the_context_budget(tmp_path):
+    from sensegraph.tokens import count_tokens
+
+    texts = {i: long_unit(10 + i, 40 - i) for i in range(15)}
+    script = Script(relevant=lambda text: True)
+    q, llm = make(tmp_path, script, tables=lazy_tables(texts), barren_communities=3, snippet_tokens=120,
+                  claim_tokens=300, query={"context_tokens": 700})
+    assert q.budget == 700
+    r = run(lazy_search(q, budget=100))
+    for body in llm.requests:
+        user = last_user(body)
+        data = user[user.index("-----"):] if "-----" in user else ""
+        assert count_tokens(data) <= 700, (asked(body), count_tokens(data))
+    assert [asked(b) for b in llm.requests].count("Claims") > 1  # 15 x 300 tokens: several batches
+    assert r.stats["claims_reduced"] >= 1 and r.stats["context_tokens"] <= 700 * r.stats["claim_calls"]
 
 
 # -- the index and the language ------------------------------------------------------------------

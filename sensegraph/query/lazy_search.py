@@ -23,13 +23,18 @@ the steps below follow its outline and the details are choices made here:
    communities are tested at once, which keeps the result that of one-at-a-time visits while
    the chat tester packs their units into few calls.
    Testers: `chat` asks the chat model yes/no per unit (+ the subqueries it bears on), several
-   units per call (prompt `lazy_relevance`); `embedding` makes no call: a unit is relevant when
+   units per call (prompt `lazy_relevance`), each unit shown as its best passage: the window of
+   consecutive sentences, up to `lazy.snippet_tokens`, that best matches the question, the
+   expansion and the subqueries (BM25 over the index's units, no model: query/passages.py), so a
+   test costs a tenth of a 1,200-token unit; `embedding` makes no call: a unit is relevant when
    its similarity to some subquery is within `lazy.embedding_margin` of that subquery's best
    unit in the index (or at least `lazy.embedding_threshold`, when set). `auto` picks chat for
    a hosted model and embedding for the embedded one, whose 2-core speed cannot afford a call
    per few units. Which tester answers better is for bench/ to measure.
 4. Claims: the relevant units, grouped by the community they were found in (groups with more
-   relevant units first), are packed into token-bounded batches; one call per batch (prompt
+   relevant units first), each cut to its best windows grown into their neighbours (up to
+   `lazy.claim_tokens`: the tested window and the unit's other matches, with the context around
+   them), are packed into token-bounded batches; one call per batch (prompt
    `lazy_claims`) extracts claims, each with the `human_readable_id` of the units it rests on
    (a claim citing no unit of its batch is dropped and counted). Claims are ranked round-robin
    over the groups (each group's best claim first), so a broad question hears from every
@@ -59,6 +64,7 @@ from .answer import Query, QueryResult, final_answer, no_answer, result
 from .citations import MAX_IDS, normalise
 from .context import Context, Section, chunks, pack
 from .data import list_ids
+from .passages import passage, vocabulary
 
 MAX_SUBQUERIES = 8  # LazySettings.subqueries allows at most this many
 MAX_BATCH = 24  # units per relevance-test call: the verdict list's maxItems
@@ -98,9 +104,32 @@ class Claims(BaseModel):
 class Plan:
     subqueries: list[str]
     expanded: str = ""
+    passages: dict[int, int] = field(default_factory=dict)  # unit row -> tokens of the passage tested
+    _weights: dict[str, float] | None = field(default=None, init=False, repr=False)
 
     def numbered(self) -> str:
         return "\n".join(f"{n}. {s}" for n, s in enumerate(self.subqueries, 1))
+
+    def weights(self, q: Query) -> dict[str, float]:
+        """The lexical query passages are chosen by: the question, the expansion, the subqueries."""
+        if self._weights is None:
+            self._weights = vocabulary(q.index).weights([q.search_text(), self.expanded, *self.subqueries])
+        return self._weights
+
+
+def passage_rows(q: Query, plan: Plan, rows: list[int], cap: int, window: int | None = None,
+                 windows: int | None = 1) -> list[pd.Series]:
+    """The units at `rows` with their text cut to their best passage (ids and all else kept, so
+    verdicts and claims still name the unit)."""
+    units = q.index.text_units
+    weights = plan.weights(q)
+    out = []
+    for r in rows:
+        row = units.iloc[r].copy()
+        text = row.get("text")
+        row["text"] = passage(text if isinstance(text, str) else "", weights, cap, window, windows)
+        out.append(row)
+    return out
 
 
 async def plan_question(q: Query, failures: list[str]) -> Plan:
@@ -232,12 +261,15 @@ async def embedding_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
 
 async def chat_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
                       failures: list[str]) -> dict[int, tuple[bool | None, list[int]]]:
-    """The chat model's yes/no per unit; the wave's units packed into as few calls as fit."""
+    """The chat model's yes/no per unit, read through its best passage (lazy.snippet_tokens);
+    the wave's units packed into as few calls as fit."""
     units = q.index.text_units
     rows = [r for _, part in wave for r in part]
+    shown = passage_rows(q, plan, rows, q.settings.lazy.snippet_tokens)
+    plan.passages.update((r, count_tokens(row["text"])) for r, row in zip(rows, shown))
     batches: list[tuple[Section, list[int]]] = []
     start = 0
-    for section in chunks("Sources", (units.iloc[r] for r in rows), _batch_budget(q, plan)):
+    for section in chunks("Sources", shown, _batch_budget(q, plan)):
         part = rows[start:start + len(section)]
         start += len(section)
         for i in range(0, len(part), MAX_BATCH):  # the verdict list holds at most MAX_BATCH
@@ -370,7 +402,8 @@ class Found:
 
 async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
                          failures: list[str]) -> tuple[list[Found], list[Section], dict[str, int]]:
-    """Claims from the relevant units, grouped by the community they were found in."""
+    """Claims from the relevant units, grouped by the community they were found in, each unit
+    read through its best passages (lazy.claim_tokens, in windows of lazy.snippet_tokens)."""
     units = q.index.text_units
     groups: dict[int, list[Test]] = {}
     for t in search.relevant():
@@ -378,7 +411,10 @@ async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
     order = sorted(groups, key=lambda c: (-len(groups[c]), groups[c][0].order))
     rows = [t.row for c in order for t in sorted(groups[c], key=lambda t: (-ranking.score[t.row], t.order))]
     community_of = {int(units.iloc[t.row]["human_readable_id"]): t.community for t in search.relevant()}
-    batches = list(chunks("Sources", (units.iloc[r] for r in rows), _batch_budget(q, plan)))
+    lazy = q.settings.lazy
+    # As many windows as fit: a unit can bear on two subqueries in two places.
+    shown = passage_rows(q, plan, rows, lazy.claim_tokens, lazy.snippet_tokens, windows=None)
+    batches = list(chunks("Sources", shown, _batch_budget(q, plan)))
     n_subs = len(plan.subqueries)
     counts = {"claims_dropped": 0}
 
@@ -490,7 +526,8 @@ async def lazy_search(q: Query, budget: int | None = None) -> QueryResult:
     relevant = search.relevant()
     levels = sorted({v["level"] for v in search.visits})
     stats: dict[str, Any] = {
-        "budget": budget, "tester": name, "tests_used": search.used, "relevant_units": len(relevant),
+        "budget": budget, "tester": name, "snippet_tokens": s.snippet_tokens, "claim_tokens": s.claim_tokens,
+        "tests_used": search.used, "relevant_units": len(relevant),
         "no_verdict": search.no_verdict, "failed_tests": sum(t.relevant is None for t in search.tests.values()),
         "communities_visited": len({v["community"] for v in search.visits}),
         "relevant_communities": len({t.community for t in relevant}),
@@ -502,7 +539,8 @@ async def lazy_search(q: Query, budget: int | None = None) -> QueryResult:
         "context_units": context.units, "context_tokens": context.tokens,
         "tested": [{"unit": int(units.iloc[t.row]["human_readable_id"]), "id": units.iloc[t.row]["id"],
                     "community": t.community, "level": t.level, "relevant": t.relevant,
-                    "subqueries": t.subqueries, "similarity": round(float(ranking.score[t.row]), 4)}
+                    "subqueries": t.subqueries, "similarity": round(float(ranking.score[t.row]), 4),
+                    **({"passage_tokens": plan.passages[t.row]} if t.row in plan.passages else {})}
                    for t in search.tests.values()],
         "visits": search.visits,
         "claims_used": [{"claim": c.text, "sources": c.sources, "subquery": c.subquery, "score": c.score,
