@@ -496,6 +496,18 @@ def claims_context(claims: list[Found], budget: int, language: str) -> tuple[str
     return "\n".join(parts), kept
 
 
+async def retrieve(q: Query, budget: int, failures: list[str]) -> tuple[Plan, Ranking, Search]:
+    """Steps 1-3, the retrieval: subqueries, ranked units and communities, relevance tests under
+    `budget`. `search.relevant()` are the units found relevant (bench/multihop_recall.py
+    measures them against gold passages)."""
+    plan = await plan_question(q, failures)
+    ranking = await rank_units(q, plan)
+    nodes, roots = community_tree(q, ranking, q.settings.lazy.units_per_community)
+    search = await relevance_search(q, plan, ranking, nodes, roots, budget, TESTERS[tester_name(q.settings)],
+                                    failures)
+    return plan, ranking, search
+
+
 async def lazy_search(q: Query, budget: int | None = None) -> QueryResult:
     """Answer from the text units found relevant under `budget` relevance tests (default lazy.budget)."""
     s = q.settings.lazy
@@ -503,11 +515,8 @@ async def lazy_search(q: Query, budget: int | None = None) -> QueryResult:
     if budget < 1:
         raise ValueError(f"the lazy search budget must be at least 1 (got {budget})")
     failures: list[str] = []
-    plan = await plan_question(q, failures)
-    ranking = await rank_units(q, plan)
-    nodes, roots = community_tree(q, ranking, s.units_per_community)
+    plan, ranking, search = await retrieve(q, budget, failures)
     name = tester_name(q.settings)
-    search = await relevance_search(q, plan, ranking, nodes, roots, budget, TESTERS[name], failures)
     claims, batches, counts = await extract_claims(q, plan, search, ranking, failures)
     text, kept = claims_context(rank_claims(claims, search), q.budget, q.language)
     claim_failures = [f for f in failures if f.startswith("claims batch")]
