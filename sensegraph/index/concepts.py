@@ -134,9 +134,17 @@ _BRACKETS = {"(": ")", "[": "]"}
 
 
 def _stage_direction(doc: Any, tokens: list[Any]) -> bool:
-    """One word alone in brackets: a transcript's "(Laughter)", "[MUSIC]", "(inaudible)"."""
-    a, b = tokens[0].i, tokens[-1].i
-    return (a == b and 0 < a < len(doc) - 1 and _BRACKETS.get(doc[a - 1].text) == doc[b + 1].text)
+    """One word alone in brackets: a transcript's "(Laughter.)", "[MUSIC]", "(inaudible)"; not an
+    acronym after its expansion ("natural language processing (NLP)")."""
+    a = b = tokens[0].i
+    word = tokens[0].text
+    if len(tokens) > 1 or a == 0 or doc[a - 1].text not in _BRACKETS or (word.isupper() and len(word) <= 4):
+        return False
+    close = _BRACKETS[doc[a - 1].text]
+    b += 1
+    while b < len(doc) and doc[b].is_punct and doc[b].text != close:
+        b += 1
+    return b < len(doc) and doc[b].text == close
 
 
 def _package_dir(package: str) -> Path:
