@@ -164,3 +164,11 @@ def test_a_state_file_of_an_older_version_reruns_the_steps_instead_of_failing(tm
         assert server.stats["requests"] == before  # rerun from the cache
     assert not again.stats["steps"]["extract"].get("skipped")
     assert snapshot(tmp_path / "output") == expected
+
+
+def test_table_fingerprint_is_the_same_for_a_table_read_back_from_parquet(tmp_path):
+    from sensegraph.store.tables import read_table, write_table
+
+    made = pd.DataFrame({"title": ["a", "b"], "n": [1, 2], "ids": [["x"], []]}).astype({"title": object})
+    write_table(made, tmp_path, "t")
+    assert steps.table_fingerprint(read_table(tmp_path, "t")) == steps.table_fingerprint(made)

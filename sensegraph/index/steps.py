@@ -68,17 +68,20 @@ def _cell(v: Any) -> Any:
 
 
 def table_fingerprint(df: pd.DataFrame) -> str:
-    """The content of a table: columns, dtypes and every cell, in row order (steps resolve ties
-    by first seen, so order is part of what they read)."""
+    """The content of a table: columns and every cell, in row order (steps resolve ties by
+    first seen, so order is part of what they read)."""
     h = hashlib.sha256(json.dumps([str(c) for c in df.columns]).encode())
     for col in df.columns:
         s = df[col]
+        if pd.api.types.is_string_dtype(s) or s.dtype == object:
+            # Text as Python objects: a table read back from parquet has pandas' string dtype
+            # where the one a step made may have object, and the two must hash alike.
+            s = s.astype(object)
         try:
             hashed = pd.util.hash_pandas_object(s, index=False)
         except TypeError:  # list or dict cells
             hashed = pd.util.hash_pandas_object(
                 s.map(lambda v: json.dumps(_cell(v), sort_keys=True, default=str)), index=False)
-        h.update(str(s.dtype).encode())
         h.update(hashed.to_numpy().tobytes())
     return h.hexdigest()[:32]
 

@@ -1,0 +1,112 @@
+"""The lazy index (index_method: lazy) through the real pipeline: no chat call, the standard tables
+with concepts for entities, complete community partitions, no reports; reruns, upgrades to a
+standard index, and the tools that open an index folder."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("spacy")
+
+from click.testing import CliRunner  # noqa: E402
+
+from mock_llm import start_mock_server  # noqa: E402
+from sensegraph.cli import main as cli_main  # noqa: E402
+from sensegraph.index import steps  # noqa: E402
+from sensegraph.store.tables import TABLES  # noqa: E402
+from test_pipeline import CHINESE_DOC, DOCS, index, read_all, settings_for, snapshot, write_docs  # noqa: E402
+
+
+def chat_requests(server) -> list[dict]:
+    return [b for b in server.requests if "messages" in b]
+
+
+def test_a_lazy_index_makes_no_chat_call_and_has_the_standard_tables(tmp_path):
+    write_docs(tmp_path, DOCS)
+    with start_mock_server() as server:
+        result = index(settings_for(tmp_path, server, index_method="lazy"))
+        assert chat_requests(server) == []
+    tables = read_all(tmp_path / "output")
+    for name, columns in TABLES.items():
+        assert not [c for c in columns if c not in tables[name].columns], name
+    ents, rels, comms = tables["entities"], tables["relationships"], tables["communities"]
+    assert tables["community_reports"].empty and tables["covariates"].empty
+    assert len(ents) > 10 and len(rels) > 10
+    titles = set(ents["title"])
+    assert {"Maria Okafor", "Harbor Cooperative"} <= titles  # names the text states
+    assert set(rels["source"]) | set(rels["target"]) <= titles  # every endpoint is an entity
+    for level, part in comms.groupby("level"):  # every level a complete, exclusive partition
+        members = [e for ids in part["entity_ids"] for e in ids]
+        assert sorted(members) == sorted(ents["id"]), f"level {level}"
+    # communities are named by their members, not "Community N"
+    assert all(not t.startswith("Community ") for t in comms["title"])
+    steps_run = result.stats["steps"]
+    assert "concepts" in steps_run and "concept_graph" in steps_run and "extract" not in steps_run
+    assert result.stats["llm"]["total"]["calls"] == result.stats["llm"]["embed"]["calls"]  # embeddings only
+    # the text units know the concepts found in them
+    units = tables["text_units"]
+    assert sum(len(ids) for ids in units["entity_ids"]) >= len(ents)
+
+
+def test_a_lazy_rerun_is_skipped_and_an_upgrade_to_standard_rebuilds_what_differs(tmp_path):
+    write_docs(tmp_path, DOCS)
+    with start_mock_server() as server:
+        lazy = settings_for(tmp_path, server, index_method="lazy")
+        index(lazy)
+        first = snapshot(tmp_path / "output")
+        again = index(lazy)
+        assert all(again.stats["steps"][s].get("skipped") for s in ("concepts", "concept_graph", "communities"))
+        assert snapshot(tmp_path / "output") == first
+        # upgrade: the standard steps run and their tables replace the concepts' ...
+        standard = index(settings_for(tmp_path, server))
+        assert not standard.stats["steps"]["summarize"].get("skipped")
+        assert len(standard.tables["community_reports"]) > 0
+        # ... and going back to lazy does not take the standard tables for its own
+        back = index(lazy)
+        assert not back.stats["steps"]["concept_graph"].get("skipped")
+    assert snapshot(tmp_path / "output") == first
+    state = json.loads((tmp_path / "output" / steps.STATE_FILE).read_text())
+    assert "summarize" not in state  # its tables were rewritten by the lazy run
+
+
+def test_a_chinese_lazy_index(tmp_path):
+    write_docs(tmp_path, {"harbor-zh.txt": CHINESE_DOC})
+    with start_mock_server() as server:
+        result = index(settings_for(tmp_path, server, index_method="lazy", concepts={"min_frequency": 1}))
+        assert chat_requests(server) == []
+    titles = set(result.tables["entities"]["title"])
+    assert {"王丽华", "陈国强"} <= titles
+    assert result.stats["language"] == "zh"
+
+
+def test_query_dry_run_and_export_work_on_a_lazy_index(tmp_path):
+    write_docs(tmp_path, DOCS)
+    with start_mock_server() as server:
+        settings = settings_for(tmp_path, server, index_method="lazy")
+        index(settings)
+        env = {"SENSEGRAPH_CHAT__PROVIDER": "openai", "SENSEGRAPH_CHAT__BASE_URL": server.base_url,
+               "SENSEGRAPH_CHAT__MODEL": "mock", "SENSEGRAPH_CHAT__API_KEY": "x",
+               "SENSEGRAPH_EMBEDDING__PROVIDER": "openai", "SENSEGRAPH_EMBEDDING__BASE_URL": server.base_url,
+               "SENSEGRAPH_EMBEDDING__MODEL": "mock", "SENSEGRAPH_EMBEDDING__API_KEY": "x",
+               "SENSEGRAPH_CHUNKS__SIZE": "120", "SENSEGRAPH_CHUNKS__OVERLAP": "20",
+               "SENSEGRAPH_INDEX_METHOD": "lazy"}
+        runner = CliRunner()
+        dry = runner.invoke(cli_main, ["index", "--dry-run", "--root", str(tmp_path)], env=env)
+        assert dry.exit_code == 0, dry.output
+        assert "no chat call" in dry.output
+        other = tmp_path / "elsewhere"
+        other.mkdir()
+        asked = runner.invoke(cli_main, ["query", "Who founded the Harbor Cooperative?", "--method", "lazy",
+                                         "--budget", "5", "--json", "--index", str(tmp_path / "output"),
+                                         "--root", str(other)], env=env)
+        assert asked.exit_code == 0, asked.output
+        out = json.loads(asked.stdout[asked.stdout.index("{"):])
+        assert out["stats"]["tests_used"] <= 5
+        exported = runner.invoke(cli_main, ["export", "--format", "graphml", "--root", str(tmp_path)], env=env)
+        assert exported.exit_code == 0, exported.output
+    import networkx as nx
+
+    graph = nx.read_graphml(tmp_path / "output" / "export" / "graph.graphml")
+    assert graph.number_of_nodes() == len(pd.read_parquet(tmp_path / "output" / "entities.parquet"))
