@@ -173,10 +173,14 @@ class LazySettings(_Section):
     # the search then goes down into the sub-communities of the relevant ones.
     barren_communities: int = Field(3, ge=1)
     # chat: the chat model says yes/no per unit; embedding: no LLM call (a unit is relevant when
-    # its similarity to a subquery is within embedding_margin of that subquery's best unit);
+    # its similarity to a subquery stands out from the corpus's, embedding_z standard deviations
+    # above the mean, or is within embedding_margin of that subquery's best unit);
     # auto: chat for a hosted model, embedding for the embedded one (provider local).
     tester: Literal["auto", "chat", "embedding"] = "auto"
-    embedding_margin: float = Field(0.05, ge=0, le=2)
+    # Embedding similarities are compressed (e5: most of a corpus within 0.05 of the best unit),
+    # so a fixed margin admits half of a large corpus; standing out from the distribution does not.
+    embedding_z: float = Field(2.0, ge=0, description="embedding tester: relevant this many SDs above the mean")
+    embedding_margin: float = Field(0.01, ge=0, le=2)
     embedding_threshold: float = Field(0.0, ge=0, le=1, description="also relevant at this similarity or more (0 = off)")
     # A relevance test reads a unit's best-matching window of sentences (lexical, BM25), a
     # claim extraction its best windows grown into their neighbours: the part of a ~1,200-token

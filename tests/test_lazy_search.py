@@ -557,3 +557,23 @@ def test_eval_answer_with_a_lazy_condition(lazy_project, tmp_path):
     assert len(lazy) == 2 and all(r["method"] == "lazy" and r["budget"] == 5 and r["answer"] for r in lazy)
     assert all(r["stats"]["budget"] == 5 and r["stats"]["tests_used"] <= 5 for r in lazy)
     assert all("budget" not in r for r in rows if r["condition"] == "SS")  # other conditions as they were
+
+
+def test_the_embedding_tester_keeps_what_stands_out_not_half_of_a_compressed_corpus(tmp_path):
+    """Embedding similarities crowd together (e5: half a large corpus within 0.05 of the best
+    unit); a unit is relevant when it stands out from the corpus's distribution."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from sensegraph.query.lazy_search import Ranking, embedding_tester
+
+    rng = np.random.default_rng(0)
+    sims = 0.80 + rng.normal(0, 0.01, size=(500, 1))  # a crowd within a few hundredths
+    sims[7, 0], sims[42, 0] = 0.86, 0.84               # two units that stand out
+    q = SimpleNamespace(settings=load_settings(tmp_path))
+    ranking = Ranking(score=sims.max(axis=1), per_subquery=sims)
+    verdicts = run(embedding_tester(q, None, ranking, [(None, list(range(500)))], []))
+    relevant = {r for r, (ok, _) in verdicts.items() if ok}
+    assert {7, 42} <= relevant and len(relevant) <= 25  # z >= 2: about the top 2%, not the crowd
+    assert verdicts[7][1] == [1]

@@ -245,15 +245,19 @@ def tester_name(settings: Settings) -> str:
 
 async def embedding_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
                            failures: list[str]) -> dict[int, tuple[bool | None, list[int]]]:
-    """No LLM call: relevant to subquery j when the unit is within the margin of j's best unit."""
+    """No LLM call: relevant to subquery j when the unit's similarity to j stands out from the
+    corpus's (lazy.embedding_z standard deviations above the mean over every unit), is within
+    lazy.embedding_margin of j's best unit, or reaches lazy.embedding_threshold."""
     s = q.settings.lazy
     sims = ranking.per_subquery
     best = sims.max(axis=0) if len(sims) else np.zeros(0)
+    cut = sims.mean(axis=0) + s.embedding_z * sims.std(axis=0) if len(sims) else np.zeros(0)
     out: dict[int, tuple[bool | None, list[int]]] = {}
     for _, rows in wave:
         for r in rows:
             near = [j + 1 for j in range(sims.shape[1])
                     if sims[r, j] >= best[j] - s.embedding_margin
+                    or (s.embedding_z > 0 and sims[r, j] >= cut[j])
                     or (s.embedding_threshold > 0 and sims[r, j] >= s.embedding_threshold)]
             out[r] = (bool(near), near)
     return out
