@@ -509,7 +509,8 @@ class MockServer:
                 self._in_flight -= 1
 
     def _chat(self, writer: asyncio.StreamWriter, body: dict[str, Any], digest: bytes, fault: str) -> None:
-        content, finish = _chat_answer(body, digest, fault, self.yes_rate)
+        # (tests replace _chat_answer with three-argument versions: pass yes_rate only when set)
+        content, finish = _chat_answer(body, digest, fault, **({"yes_rate": self.yes_rate} if self.yes_rate else {}))
         prompt = sum(_tokens(m.get("content") or "") for m in body.get("messages") or []
                      if isinstance(m.get("content"), str))
         usage = {"prompt_tokens": prompt, "completion_tokens": _tokens(content),

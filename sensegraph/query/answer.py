@@ -5,15 +5,16 @@ Methods build a context; this module turns "question + context" into a cited ans
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
 from ..config import Settings
 from ..language import detect_language
-from ..llm.client import ChatClient
+from ..llm.client import ChatClient, LLMError
 from ..prompts import load_prompt, render, to_messages
 from ..tokens import count_tokens, truncate
 from .citations import normalise
@@ -26,6 +27,20 @@ NO_ANSWER = {
     "zh": "在已索引的文档中没有找到能回答这个问题的信息。",
 }
 HISTORY_SHARE = 0.15  # of the context budget, at most, for earlier turns of a conversation
+
+
+T = TypeVar("T")
+
+
+async def each_batch(calls: Iterable[Awaitable[T]]) -> list[T | None]:
+    """The calls of several batches at once, in order; None for a batch whose call failed after
+    every retry (the caller names it among the failures, so nothing is lost silently), and any
+    other error raised."""
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, LLMError):
+            raise outcome
+    return [None if isinstance(o, LLMError) else o for o in outcomes]
 
 
 @dataclass

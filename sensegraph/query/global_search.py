@@ -8,15 +8,13 @@ answer says plainly that the data does not answer the question; nothing is inven
 """
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from ..llm.client import LLMError
 from ..tokens import count_tokens, truncate
-from .answer import Query, QueryResult, final_answer, no_answer, result
+from .answer import Query, QueryResult, each_batch, final_answer, no_answer, result
 from .citations import MAX_IDS, normalise, parse
 from .context import Context, Section, chunks
 from .data import list_ids
@@ -106,13 +104,10 @@ async def _map(q: Query, batches: list[Section]) -> tuple[list[tuple[int, int, s
         return [(max(0, min(100, p.score)), i, _with_reference(p, batch.kind, given))
                 for p in answer.points if p.description.strip()]
 
-    outcomes = await asyncio.gather(*(one(i, b) for i, b in enumerate(batches)), return_exceptions=True)
     points, failed = [], []
-    for i, outcome in enumerate(outcomes):
-        if isinstance(outcome, LLMError):
+    for i, outcome in enumerate(await each_batch(one(i, b) for i, b in enumerate(batches))):
+        if outcome is None:
             failed.append(f"map batch {i + 1}")
-        elif isinstance(outcome, BaseException):
-            raise outcome
         else:
             points.extend(outcome)
     return points, failed

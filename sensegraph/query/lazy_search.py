@@ -47,7 +47,6 @@ changes nothing measurable here yet and is left out.
 """
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -60,7 +59,7 @@ from pydantic import BaseModel, Field
 from ..config import Settings
 from ..llm.client import LLMError
 from ..tokens import count_tokens, truncate
-from .answer import Query, QueryResult, final_answer, no_answer, result
+from .answer import Query, QueryResult, each_batch, final_answer, no_answer, result
 from .citations import MAX_IDS, normalise
 from .context import Context, Section, chunks, pack
 from .data import list_ids
@@ -295,15 +294,12 @@ async def chat_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
                 got[row_of[v.id]] = (bool(v.relevant), subs if v.relevant else [])
         return got
 
-    outcomes = await asyncio.gather(*(one(s, p) for s, p in batches), return_exceptions=True)
     out: dict[int, tuple[bool | None, list[int]]] = {}
-    for (_, part), outcome in zip(batches, outcomes):
-        if isinstance(outcome, LLMError):
+    for (_, part), outcome in zip(batches, await each_batch(one(s, p) for s, p in batches)):
+        if outcome is None:
             refs = [int(units.iloc[r]["human_readable_id"]) for r in part]
             failures.append(f"relevance of units {_span(refs)}")
             out.update({r: (None, []) for r in part})
-        elif isinstance(outcome, BaseException):
-            raise outcome
         else:
             out.update(outcome)  # a unit the model gave no verdict on stays out: see relevance_search
     return out
@@ -441,13 +437,10 @@ async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
                              max(0, min(100, c.score)), community_of.get(sources[0], ORPHANS), 0))
         return out
 
-    outcomes = await asyncio.gather(*(one(i, b) for i, b in enumerate(batches)), return_exceptions=True)
     found: list[Found] = []
-    for i, outcome in enumerate(outcomes):
-        if isinstance(outcome, LLMError):
+    for i, outcome in enumerate(await each_batch(one(i, b) for i, b in enumerate(batches))):
+        if outcome is None:
             failures.append(f"claims batch {i + 1}")
-        elif isinstance(outcome, BaseException):
-            raise outcome
         else:
             found.extend(outcome)
     for n, f in enumerate(found):
