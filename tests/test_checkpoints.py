@@ -172,3 +172,17 @@ def test_table_fingerprint_is_the_same_for_a_table_read_back_from_parquet(tmp_pa
     made = pd.DataFrame({"title": ["a", "b"], "n": [1, 2], "ids": [["x"], []]}).astype({"title": object})
     write_table(made, tmp_path, "t")
     assert steps.table_fingerprint(read_table(tmp_path, "t")) == steps.table_fingerprint(made)
+
+
+def test_a_failed_update_tells_to_rerun_the_update(tmp_path):
+    from sensegraph.index.update import run_update
+    from test_pipeline import FAILING_DOC, MARKER, contains
+
+    write_docs(tmp_path, DOCS)
+    with start_mock_server() as server:
+        index(settings_for(tmp_path, server))
+    write_docs(tmp_path, {"lighthouse.txt": FAILING_DOC})
+    with FaultyServer(contains(MARKER)).start() as broken:
+        with pytest.raises(IndexFailed) as exc:
+            asyncio.run(run_update(settings_for(tmp_path, broken, max_retries=1), log=lambda m: None))
+    assert "Rerun `sensegraph update`" in str(exc.value)

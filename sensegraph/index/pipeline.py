@@ -40,13 +40,13 @@ BUDGET_STEPS = {"extract": (("extract", "claims"), "text units"),
 class IndexFailed(RuntimeError):
     """Some items failed after every retry; the message lists them all."""
 
-    def __init__(self, failures: dict[str, list[str]], stats_path: Path):
+    def __init__(self, failures: dict[str, list[str]], stats_path: Path, command: str = "sensegraph index"):
         self.failures = failures
         lines = [f"  {step}: {len(ids)} failed: {', '.join(map(str, ids[:20]))}{' …' if len(ids) > 20 else ''}"
                  for step, ids in failures.items() if ids]
         super().__init__("indexing finished with failures (every failed item is listed in "
                          f"{stats_path}):\n" + "\n".join(lines) +
-                         "\nRerun `sensegraph index` to retry only these (finished work comes from the cache), "
+                         f"\nRerun `{command}` to retry only these (finished work comes from the cache), "
                          "or pass --allow-partial to accept the gap.")
 
 
@@ -132,7 +132,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
             numbering.save(tables)
         stats_path = _finish_stats(stats, usage, failures, out)
     if stats["failures"] and not allow_partial:
-        raise IndexFailed(stats["failures"], stats_path)
+        raise IndexFailed(stats["failures"], stats_path, command)
     return IndexResult(out, tables, stats, stats["failures"])
 
 

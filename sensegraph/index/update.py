@@ -223,5 +223,5 @@ async def run_update(settings: Settings, *, remove: list[str] | tuple[str, ...] 
     result.stats["update"] = update_report(prev, previous_stats, diff, result.tables, result.stats)
     write_json_atomic(stats_path, result.stats)
     if result.failures and not allow_partial:
-        raise IndexFailed(result.failures, stats_path)
+        raise IndexFailed(result.failures, stats_path, "sensegraph update")
     return result
