@@ -2,29 +2,36 @@
 
 Indexes ../shared/data/2wiki-dev/corpus.jsonl (328 passages, one document each, titled by the
 passage title) and asks its 50 questions (36 multi-hop). For each retrieval method and each
-number of text units k, it prints the share of questions whose k units include every passage
-named in `supporting_titles` ("all evidence", the figure fast-graphrag publishes: vector RAG 0.42,
-LightRAG 0.45, GraphRAG 0.73, fast-graphrag 0.93 with gpt-4o-mini), overall and for the
-multi-hop questions, and the retrieval time per question.
+number of text units k, it prints the share of questions whose first k units include every
+passage named in `supporting_titles` ("all evidence", the figure fast-graphrag publishes: vector
+RAG 0.42, LightRAG 0.45, GraphRAG 0.73, fast-graphrag 0.93 with gpt-4o-mini), overall and for
+the multi-hop questions, and the retrieval time per question (question embedding included).
 
-Methods:
+Methods (all but lazy make no chat call at query time):
 - basic: the k text units nearest to the question (vector RAG, the paper's SS);
-- lazy: the units lazy search found relevant under its budget of relevance tests, best-ranked
-  first, at most k (it may find fewer: then those are its context).
+- local: local search's Sources with `local_retrieval: neighbourhood` (the units of the matched
+  entities, one hop: what GraphRAG's local search does);
+- walk: local search's Sources with `local_retrieval: walk` (personalised PageRank over entities
+  and text units, query/graph_walk.py);
+- lazy (with --lazy): the units lazy search found relevant under its budget, best-ranked first.
 
-The lazy index needs no chat model; lazy search asks it for subqueries (and, with the chat
-tester, for the relevance verdicts). The project is kept in --workdir, so a rerun reuses the
-index and every cached answer.
+--index standard builds the paper's index with the chat model (hours for all 328 passages with
+the embedded 1.5B model on 2 cores); --index lazy builds the no-LLM concept index in a minute.
+--limit N takes the first N questions and a corpus of their gold passages plus randomly drawn
+others (seeded), 328·N/50 passages in all, so a quick run keeps the full run's distractor share.
+Each configuration has its own project folder under --workdir: a rerun reuses the index and
+every cached answer, so it is free.
 
-    python bench/multihop_recall.py                       # embedded 1.5B model, all 50 questions
-    python bench/multihop_recall.py --size 0.5b --limit 10   # quick
-    python bench/multihop_recall.py --budget 50 --tester embedding
+    python bench/multihop_recall.py --index lazy                        # a minute, no chat call
+    python bench/multihop_recall.py --index standard --size 0.5b --limit 10 --gleanings 0
+    python bench/multihop_recall.py --index standard                    # the full run, hours
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import random
 import time
 from pathlib import Path
 
@@ -34,23 +41,45 @@ from sensegraph.llm import open_chat
 from sensegraph.query import Searcher
 from sensegraph.query.answer import Query
 from sensegraph.query.lazy_search import retrieve
+from sensegraph.query.local_search import local_context
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "2wiki-dev"
 PUBLISHED = "published (gpt-4o-mini, 101 questions): vector 0.42, LightRAG 0.45, GraphRAG 0.73, fast-graphrag 0.93"
 
 
-def project(workdir: Path, args: argparse.Namespace):
+def corpus_for(questions: list[dict], limit: int | None) -> list[str]:
+    """Corpus lines: all of them, or the gold passages of the chosen questions plus drawn others."""
+    lines = (DATA / "corpus.jsonl").read_text().splitlines()
+    if limit is None:
+        return lines
+    gold = {t for q in questions for t in q["supporting_titles"]}
+    mine = [l for l in lines if json.loads(l)["title"] in gold]
+    others = [l for l in lines if json.loads(l)["title"] not in gold]
+    want = max(len(mine), round(len(lines) * limit / 50))
+    drawn = random.Random(0).sample(others, min(len(others), want - len(mine)))
+    return sorted(mine + drawn)
+
+
+def project(args: argparse.Namespace, questions: list[dict]):
+    name = f"{args.index}-{args.size}-{args.limit or 'all'}" + (f"-g{args.gleanings}" if args.gleanings is not None else "")
+    workdir = Path(args.workdir) / name
     (workdir / "input").mkdir(parents=True, exist_ok=True)
-    link = workdir / "input" / "corpus.jsonl"
-    if not link.exists():
-        link.symlink_to(DATA / "corpus.jsonl")  # read in place, never copied
+    if args.limit is None:
+        link = workdir / "input" / "corpus.jsonl"
+        if not link.exists():
+            link.symlink_to(DATA / "corpus.jsonl")  # read in place
+    else:  # a subset of the corpus lives in the scratch project only
+        (workdir / "input" / "corpus.jsonl").write_text("\n".join(corpus_for(questions, args.limit)) + "\n")
+    gleanings = f"extraction:\n  max_gleanings: {args.gleanings}\n" if args.gleanings is not None else ""
     (workdir / "settings.yaml").write_text(
-        f"index_method: lazy\nlocal:\n  size: {args.size}\n"
+        f"index_method: {args.index}\nlocal:\n  size: {args.size}\n{gleanings}"
+        # a context wide enough that Sources holds more than the largest k
+        "query:\n  context_tokens: 8000\n"
         f"lazy:\n  budget: {args.budget}\n  tester: {args.tester}\n")
     return load_settings(workdir, env={})
 
 
-async def measure(settings, questions: list[dict], ks: list[int]) -> dict:
+async def measure(settings, questions: list[dict], ks: list[int], lazy: bool) -> dict:
     searcher = Searcher.open(settings)
     index = searcher.index
     units = index.text_units
@@ -58,8 +87,10 @@ async def measure(settings, questions: list[dict], ks: list[int]) -> dict:
     title_of_doc = dict(zip(docs["id"], docs["title"]))
     title_of_unit = {u: title_of_doc[d] for u, d in zip(units["id"], units["document_id"])}
     vectors = await index.vectors("text_units", searcher.embedder)
+    await index.vectors("entities", searcher.embedder)  # once, outside the timed part
     llm = open_chat(settings, cache=searcher.cache)
-    rows: dict[str, list[dict]] = {"basic": [], "lazy": []}
+    methods = ["basic", "local", "walk"] + (["lazy"] if lazy else [])
+    rows: dict[str, list[dict]] = {m: [] for m in methods}
     try:
         for n, item in enumerate(questions):
             gold = set(item["supporting_titles"])
@@ -67,17 +98,25 @@ async def measure(settings, questions: list[dict], ks: list[int]) -> dict:
             qv = (await searcher.embedder.embed([item["question"]], kind="query", step="embed"))[0]
             hits = [title_of_unit[i] for i, _ in vectors.search(qv, k=max(ks))]
             rows["basic"].append({"found": hits, "seconds": time.perf_counter() - t0})
-            t0 = time.perf_counter()
-            q = Query(item["question"], settings, index, llm, searcher.embedder)
-            failures: list[str] = []
-            _, ranking, search = await retrieve(q, settings.lazy.budget, failures)
-            relevant = sorted(search.relevant(), key=lambda t: -float(ranking.score[t.row]))
-            found = [title_of_unit[units.iloc[t.row]["id"]] for t in relevant]
-            rows["lazy"].append({"found": found, "seconds": time.perf_counter() - t0, "tests": search.used,
-                                 "failures": failures})
-            print(f"  {n + 1}/{len(questions)} basic {len(gold & set(hits[:max(ks)]))}/{len(gold)}, "
-                  f"lazy {len(gold & set(found[:max(ks)]))}/{len(gold)} ({search.used} tests, "
-                  f"{len(found)} relevant)", flush=True)
+            for method, retrieval in (("local", "neighbourhood"), ("walk", "walk")):
+                s = settings.model_copy(update={"query": settings.query.model_copy(update={"local_retrieval": retrieval})})
+                q = Query(item["question"], s, index, llm, searcher.embedder)
+                t0 = time.perf_counter()
+                context = await local_context(q, item["question"])
+                sources = next((sec for sec in context.sections if sec.kind == "Sources"), None)
+                found = [title_of_unit[r["id"]] for r in sources.records] if sources else []
+                rows[method].append({"found": found, "seconds": time.perf_counter() - t0})
+            if lazy:
+                t0 = time.perf_counter()
+                q = Query(item["question"], settings, index, llm, searcher.embedder)
+                failures: list[str] = []
+                _, ranking, search = await retrieve(q, settings.lazy.budget, failures)
+                relevant = sorted(search.relevant(), key=lambda t: -float(ranking.score[t.row]))
+                found = [title_of_unit[units.iloc[t.row]["id"]] for t in relevant]
+                rows["lazy"].append({"found": found, "seconds": time.perf_counter() - t0, "failures": failures})
+            k = max(ks)
+            print(f"  {n + 1}/{len(questions)} " + ", ".join(
+                f"{m} {len(gold & set(rows[m][-1]['found'][:k]))}/{len(gold)}" for m in methods), flush=True)
     finally:
         await llm.aclose()
         await searcher.aclose()
@@ -86,32 +125,38 @@ async def measure(settings, questions: list[dict], ks: list[int]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workdir", default="/tmp/sensegraph-2wiki")
-    ap.add_argument("--limit", type=int, default=None, help="the first N questions only")
+    ap.add_argument("--workdir", default="/tmp/sensegraph-2wiki", help="one project folder per configuration under it")
+    ap.add_argument("--index", choices=["lazy", "standard"], default="lazy")
+    ap.add_argument("--limit", type=int, default=None, help="the first N questions (and a corpus cut to match)")
     ap.add_argument("--size", choices=["1.5b", "0.5b"], default="1.5b", help="the embedded chat model")
+    ap.add_argument("--gleanings", type=int, default=None, help="extraction.max_gleanings (default: the setting's)")
+    ap.add_argument("--lazy", action="store_true", help="also measure lazy search (chat calls for subqueries)")
     ap.add_argument("--budget", type=int, default=100, help="lazy search's relevance tests per question")
     ap.add_argument("--tester", choices=["auto", "chat", "embedding"], default="auto")
     ap.add_argument("--k", default="5,10", help="text units in the context")
     args = ap.parse_args()
     ks = [int(k) for k in args.k.split(",")]
     questions = json.loads((DATA / "questions.json").read_text())[: args.limit]
-    settings = project(Path(args.workdir), args)
+    settings = project(args, questions)
     t0 = time.perf_counter()
     result = asyncio.run(run_index(settings, log=lambda m: None))
-    print(f"lazy index: {len(result.tables['text_units'])} text units, {len(result.tables['entities'])} concepts, "
+    tables = result.tables
+    print(f"{args.index} index in {settings.root}: {len(tables['text_units'])} text units, "
+          f"{len(tables['entities'])} entities, {len(tables['relationships'])} relationships, "
           f"{time.perf_counter() - t0:.0f} s")
-    rows = asyncio.run(measure(settings, questions, ks))
+    rows = asyncio.run(measure(settings, questions, ks, args.lazy))
     multi = [i for i, q in enumerate(questions) if q["multihop"]]
-    print(f"\n2WikiMultihopQA, {len(questions)} questions ({len(multi)} multi-hop), embedded {args.size}, "
-          f"lazy budget {args.budget}, tester {args.tester}")
-    print(f"{'method':<8}{'k':>4}{'all evidence':>14}{'multi-hop':>11}{'s/question':>12}")
+    model = f"embedded {args.size}" if args.index == "standard" or args.lazy else "no chat model"
+    print(f"\n2WikiMultihopQA, {len(questions)} questions ({len(multi)} multi-hop), {args.index} index, {model}"
+          + (f", lazy budget {args.budget}, tester {args.tester}" if args.lazy else ""))
+    print(f"{'method':<8}{'k':>4}{'all evidence':>14}{'multi-hop':>11}{'ms/question':>13}")
     for method, rs in rows.items():
         for k in ks:
             ok = [set(q["supporting_titles"]) <= set(r["found"][:k]) for q, r in zip(questions, rs)]
             share = sum(ok) / len(ok)
             share_multi = sum(ok[i] for i in multi) / len(multi) if multi else 0.0
-            seconds = sum(r["seconds"] for r in rs) / len(rs)
-            print(f"{method:<8}{k:>4}{share:>14.2f}{share_multi:>11.2f}{seconds:>12.2f}")
+            ms = 1000 * sum(r["seconds"] for r in rs) / len(rs)
+            print(f"{method:<8}{k:>4}{share:>14.2f}{share_multi:>11.2f}{ms:>13.1f}")
     print(PUBLISHED)
 
 

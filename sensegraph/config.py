@@ -204,6 +204,15 @@ class QuerySettings(_Section):
     seed: int = 42  # the shuffle of reports and text units before they are packed
     dynamic_threshold: int = Field(1, ge=0, le=5, description="relevance 0-5 a report needs to be kept")
     top_entities: int = Field(10, ge=1, description="local search: entities matched to the question")
+    # walk: personalised PageRank from the question's entities and nearest units over the graph of
+    # entities and text units (sensegraph/query/graph_walk.py), which reaches units two hops away;
+    # neighbourhood: the matched entities' own units, one hop (sensegraph before 0.6).
+    local_retrieval: Literal["walk", "neighbourhood"] = "walk"
+    walk_damping: float = Field(0.5, gt=0, lt=1, description="graph walk: probability of walking on rather than restarting")
+    # Restart mass of the nearest units next to the entities' (which is 1): defaults measured on
+    # 2WikiMultihopQA (bench/multihop_recall.py; docs/performance.md has the sweep).
+    walk_unit_weight: float = Field(1.0, ge=0, description="graph walk: restart weight of the nearest text units (entities: 1)")
+    walk_seed_units: int = Field(5, ge=0, description="graph walk: text units nearest to the question that seed the walk")
     text_unit_share: float = Field(0.5, ge=0, le=1, description="local search: share of the context")
     community_share: float = Field(0.15, ge=0, le=1, description="local search: share of the context")
     # 0 = as many as fit the context budget, nearest first (the paper's SS); > 0 caps the count.

@@ -126,19 +126,30 @@ def test_global_search_maps_the_projected_reports(ms, deepest):
     assert_citations_exist(searcher, r)
 
 
-def test_local_search_context_holds_the_named_entity_and_its_neighbourhood(ms):
+@pytest.mark.parametrize("retrieval", ["neighbourhood", "walk"])
+def test_local_search_context_holds_the_named_entity_and_its_neighbourhood(ms, retrieval):
     searcher = ms.searcher
     index = searcher.index
-    r = ask(ms, "How does EBENEZER SCROOGE change over the story?", "local")
+    settings = searcher.settings
+    searcher.settings = settings.model_copy(
+        update={"query": settings.query.model_copy(update={"local_retrieval": retrieval})})
+    try:
+        r = ask(ms, "How does EBENEZER SCROOGE change over the story?", "local")
+    finally:
+        searcher.settings = settings
+    assert r.stats["retrieval"] == retrieval
     tables = r.context_tables
     titles = set(tables["Entities"]["title"])
     assert {"EBENEZER SCROOGE", "SCROOGE"} <= titles  # named in the question, so matched first
     rels = tables["Relationships"]
     assert len(rels) and (rels["source"].isin(titles) | rels["target"].isin(titles)).all()
     assert ((rels["source"] == "EBENEZER SCROOGE") | (rels["target"] == "EBENEZER SCROOGE")).any()
-    # source text: the units the matched entities were extracted from, nothing else
     matched_units = {u for ids in tables["Entities"]["text_unit_ids"] for u in ids}
-    assert len(tables["Sources"]) and set(tables["Sources"]["id"]) <= matched_units
+    if retrieval == "neighbourhood":  # source text: the matched entities' units, nothing else
+        assert len(tables["Sources"]) and set(tables["Sources"]["id"]) <= matched_units
+    else:  # the walk's best units: most of them hold a matched entity, any may lie further out
+        sources = set(tables["Sources"]["id"])
+        assert len(sources) and len(sources & matched_units) >= len(sources) / 2
     scrooge = index.entities.loc[index.entities["title"] == "EBENEZER SCROOGE"].iloc[0]
     assert set(tables["Sources"]["id"]) & set(list_ids(scrooge["text_unit_ids"]))
     if "Reports" in tables:  # the communities that hold matched entities

@@ -1,15 +1,21 @@
 """Local search: questions about specific entities, answered from their neighbourhood.
 
-Embed the question, find the best-matching entities (an entity named in the question comes
-first whatever the embedding says), then gather their community reports, the entities
-themselves, their relationships (those between two matched entities first), their claims and
-the source text units they were extracted from. One token budget is split between source text
+Find the entities and text units the question is about, then gather their community reports,
+the entities themselves, their relationships (those between two matched entities first), their
+claims and the source text units. One token budget is split between source text
 (`text_unit_share`), community reports (`community_share`) and the graph records (the rest);
 a part that does not fill its share hands the remainder to the source text.
+
+Two retrievals (`query.local_retrieval`):
+- walk (default): a personalised PageRank from the entities the question names or resembles and
+  the units nearest to it, over the graph of entities and text units (query/graph_walk.py);
+  entities and units come in walk order, so a unit two hops away (the director of the film the
+  question names) can make the context. Measured on 2WikiMultihopQA: bench/multihop_recall.py.
+- neighbourhood: embed the question, take the best-matching entities and the units they were
+  extracted from, one hop (what Microsoft GraphRAG's local search does).
+Either way an entity named in the question comes first whatever the embedding or walk says.
 """
 from __future__ import annotations
-
-import unicodedata
 
 import pandas as pd
 
@@ -17,50 +23,8 @@ from .answer import Query, QueryResult, final_answer, no_answer, result
 from .context import Context, pack
 from .data import list_ids
 from .global_search import project_reports
-
-
-def _joined(char: str) -> bool:
-    """Whether `char` is of a script whose words run into their neighbours: Han and kana have no
-    spaces, and Korean attaches particles to the noun (서울에), so a name there is any substring."""
-    return ("\u3040" <= char <= "\u30ff" or "\u3400" <= char <= "\u9fff" or "\uac00" <= char <= "\ud7af"
-            or "\uf900" <= char <= "\ufaff")
-
-
-def _fold(text: str) -> str:
-    # NFKC makes full-width letters (ＡＩ, common in Chinese text) plain; casefold ignores case.
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
-def _bounded(text: str, at: int, edge: str) -> bool:
-    """Whether a name whose first or last character is `edge` may end next to `text[at]`.
-    A Latin name must not run on into another Latin letter or digit ("AI" is not in "said");
-    a Han name has no spaces around it, so any neighbour will do (as may a Han neighbour of a
-    Latin name: "AI" in "AI技术")."""
-    if at < 0 or at >= len(text) or _joined(edge) or not edge.isalnum():
-        return True
-    return not text[at].isalnum() or _joined(text[at])
-
-
-def _occurs(name: str, text: str) -> bool:
-    """Whether the whole of `name` occurs in `text` (both as returned by `_fold`)."""
-    start = text.find(name)
-    while start != -1:
-        end = start + len(name)
-        if _bounded(text, start - 1, name[0]) and _bounded(text, end, name[-1]):
-            return True
-        start = text.find(name, start + 1)
-    return False
-
-
-def named_entities(entities: pd.DataFrame, text: str) -> list[str]:
-    """Ids of the entities whose name occurs in `text` as a whole name, longest names first."""
-    folded = _fold(text)
-    named = []
-    for eid, title in zip(entities["id"].tolist(), entities["title"].tolist()):
-        name = _fold(str(title))
-        if len(name) >= 2 and _occurs(name, folded):
-            named.append((len(name), eid))
-    return [eid for _, eid in sorted(named, reverse=True)]  # "Alex Mercer" before "Alex"
+from .graph_walk import walk
+from .names import named_entities
 
 
 async def match_entities(q: Query, text: str) -> list[str]:
@@ -78,17 +42,22 @@ async def match_entities(q: Query, text: str) -> list[str]:
     return out[:top]
 
 
-def _relationships(q: Query, titles: list[str]) -> list[pd.Series]:
+def _relationships(q: Query, titles: list[str], walked: dict[str, float] | None = None) -> list[pd.Series]:
+    """Relationships of the matched entities: those between two of them first, then those
+    leaving the set; within each, by the walk score of their ends when there was a walk
+    (`walked`: title -> score), else the better connected first."""
     rels = q.index.relationships
     if rels.empty:
         return []
     wanted = set(titles)
     src, tgt = rels["source"].isin(wanted), rels["target"].isin(wanted)
+    rels = rels.assign(_walk=rels["source"].map(walked).fillna(0) + rels["target"].map(walked).fillna(0)
+                       if walked else 0.0)
     weight_col = "combined_degree" if "combined_degree" in rels else "weight"
-    inside = rels[src & tgt].sort_values([weight_col, "weight"], ascending=False)
-    # Relationships leaving the matched set: the better connected neighbours first.
-    outside = rels[src ^ tgt].sort_values([weight_col, "weight"], ascending=False)
-    return [r for _, r in inside.iterrows()] + [r for _, r in outside.iterrows()]
+    order = ["_walk", weight_col, "weight"]
+    inside = rels[src & tgt].sort_values(order, ascending=False, kind="stable")
+    outside = rels[src ^ tgt].sort_values(order, ascending=False, kind="stable")
+    return [r.drop("_walk") for _, r in inside.iterrows()] + [r.drop("_walk") for _, r in outside.iterrows()]
 
 
 def _reports(q: Query, entity_ids: list[str]) -> list[pd.Series]:
@@ -126,7 +95,16 @@ async def local_context(q: Query, text: str) -> Context:
     """The context for `text` under the local budget and shares."""
     s = q.settings.query
     budget = q.budget
-    entity_ids = await match_entities(q, text)
+    unit_order: list[str] | None = None
+    walked: dict[str, float] | None = None
+    if s.local_retrieval == "walk":
+        path = await walk(q, text)
+        entity_ids = list(dict.fromkeys(path.named + path.entity_ids()))[:s.top_entities]
+        unit_order = path.unit_ids()
+        title_of = dict(zip(q.index.entities["id"].tolist(), q.index.entities["title"].tolist()))
+        walked = {str(title_of[e]): score for e, score in path.entities}
+    else:
+        entity_ids = await match_entities(q, text)
     entity_rows = q.index.entity_rows(entity_ids)
     titles = entity_rows["title"].tolist()
 
@@ -134,7 +112,7 @@ async def local_context(q: Query, text: str) -> Context:
     graph_budget = int(budget * (1 - s.text_unit_share - s.community_share))
     entities = pack("Entities", (r for _, r in entity_rows.iterrows()), graph_budget)
     graph_budget -= entities.tokens
-    relationship_rows = _relationships(q, titles)
+    relationship_rows = _relationships(q, titles, walked)
     relationships = pack("Relationships", relationship_rows, graph_budget, truncate_first=False)
     graph_budget -= relationships.tokens
     claims_df = q.index.claims
@@ -143,7 +121,9 @@ async def local_context(q: Query, text: str) -> Context:
 
     spent = reports.tokens + entities.tokens + relationships.tokens + claims.tokens
     used_relationships = relationship_rows[:len(relationships)]
-    sources = pack("Sources", _text_units(q, entity_rows, used_relationships), budget - spent)
+    units = (_text_units(q, entity_rows, used_relationships) if unit_order is None
+             else [r for _, r in q.index.rows_by("text_units", "id", unit_order).iterrows()])
+    sources = pack("Sources", units, budget - spent)
     return Context([reports, entities, relationships, claims, sources])
 
 
@@ -157,6 +137,6 @@ async def local_search(q: Query) -> QueryResult:
         answer = await final_answer(q, q.render("query_answer", context=context.text()), step="answer")
     else:  # nothing matched (e.g. an index without entities): say so rather than ask about nothing
         answer = no_answer(q)
-    stats = {"context_units": context.units, "context_tokens": context.tokens,
+    stats = {"retrieval": q.settings.query.local_retrieval, "context_units": context.units, "context_tokens": context.tokens,
              "sections": {s.kind: {"rows": len(s), "tokens": s.tokens} for s in context.sections}}
     return result(q, "local", answer, context, stats=stats, allowed=allowed_refs(context))

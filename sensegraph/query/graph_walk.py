@@ -1,0 +1,211 @@
+"""Graph-walk retrieval for local questions: personalised PageRank over entities and text units.
+
+A one-hop neighbourhood answers "What does X do?" but not "Who is the father of the director of
+film X?": that needs the unit about X *and* the unit about its director, which shares no word
+with the question. Following HippoRAG (Gutiérrez et al. 2024; HippoRAG 2, 2025) and
+fast-graphrag, the walk goes through the graph the index already holds:
+
+1. Graph: one node per entity and one per text unit. A relationship joins its two entities
+   (with its weight, divided by the median weight so a typical relationship weighs like a
+   mention); an entity joins every text unit it was extracted from (weight 1). Edges go both
+   ways; each node's out-edges are normalised to sum to 1. Built once per opened index.
+2. Seeds (the restart vector): the entities named in the question (weight 1) and the entities
+   nearest to it by embedding (weight scaled into (0, 1] between the best candidate and the
+   first one left out), each divided by the square root of the number of text units it occurs
+   in (node specificity, after HippoRAG: an entity in every unit says little about which unit
+   is wanted), together
+   summing to 1; plus the `query.walk_seed_units` text units nearest to the question, scaled
+   the same way and together summing to `query.walk_unit_weight` (HippoRAG 2 puts dense passage
+   scores into the restart vector), so the walk keeps what vector search finds and adds what
+   lies a hop or two away. Normalising each group makes the balance one setting whatever the
+   index's entity frequencies.
+3. Walk: personalised PageRank, continuing with probability `query.walk_damping` and restarting
+   at the seeds otherwise (a node without edges restarts too), by power iteration over the edge
+   arrays: O(edges) numpy work per iteration, no graph library.
+4. Rank: text units and entities by their walk score.
+
+Works on any index with entities and text units: the standard one, the lazy one (concepts and
+their co-occurrence), and Microsoft GraphRAG's tables.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .answer import Query
+from .data import GraphIndex, list_ids
+from .names import named_entities
+
+MAX_ITERATIONS = 100
+# Node specificity: an entity's restart weight is divided by (its text units) ** this. HippoRAG's
+# 1/n made a book's main character (24 units) weigh less than any one-unit name the embedding
+# happened to match; 1/sqrt(n) keeps generic entities down and the main ones in (and measured
+# as well or better on 2WikiMultihopQA: docs/performance.md).
+SPECIFICITY = 0.5
+TOLERANCE = 1e-9  # L1 change of the score vector at which the iteration has converged
+
+
+@dataclass
+class WalkGraph:
+    """Entities (nodes 0..E-1) and text units (nodes E..E+U-1) with transition probabilities."""
+
+    entity_ids: list[str]
+    unit_ids: list[str]
+    source: np.ndarray  # node each edge leaves
+    target: np.ndarray  # node it reaches
+    probability: np.ndarray  # transition probability of the edge (sums to 1 per source node)
+    units_per_entity: np.ndarray  # for node specificity
+    dangling: np.ndarray  # nodes without edges (their mass restarts)
+
+    @property
+    def size(self) -> int:
+        return len(self.entity_ids) + len(self.unit_ids)
+
+    @property
+    def edges(self) -> int:
+        return len(self.source)
+
+
+def build_graph(index: GraphIndex) -> WalkGraph:
+    """The walk graph of an index (see the module docstring, step 1)."""
+    entities, units, rels = index.entities, index.text_units, index.relationships
+    entity_ids = entities["id"].tolist()
+    unit_ids = units["id"].tolist()
+    n_entities = len(entity_ids)
+    node_of_title = {str(t): i for i, t in enumerate(entities["title"].tolist())}
+    node_of_unit = {u: n_entities + i for i, u in enumerate(unit_ids)}
+
+    a: list[int] = []
+    b: list[int] = []
+    w: list[float] = []
+    if len(rels):
+        weights = rels["weight"].astype(float).fillna(1.0).clip(lower=0).to_numpy() if "weight" in rels \
+            else np.ones(len(rels))
+        positive = weights[weights > 0]
+        scale = float(np.median(positive)) if len(positive) else 1.0
+        for s, t, weight in zip(rels["source"].tolist(), rels["target"].tolist(), weights.tolist()):
+            i, j = node_of_title.get(str(s)), node_of_title.get(str(t))
+            if i is not None and j is not None and i != j and weight > 0:
+                a.append(i)
+                b.append(j)
+                w.append(weight / scale)
+    counts = np.zeros(n_entities)
+    for i, cell in enumerate(entities["text_unit_ids"].tolist() if "text_unit_ids" in entities else []):
+        for unit in dict.fromkeys(list_ids(cell)):  # a unit listed twice is one mention
+            node = node_of_unit.get(unit)
+            if node is not None:
+                a.append(i)
+                b.append(node)
+                w.append(1.0)
+                counts[i] += 1
+
+    size = n_entities + len(unit_ids)
+    source = np.array(a + b, dtype=np.int64)  # both directions
+    target = np.array(b + a, dtype=np.int64)
+    weight = np.array(w + w, dtype=np.float64)
+    out = np.bincount(source, weights=weight, minlength=size)
+    probability = weight / out[source] if len(source) else weight
+    return WalkGraph(entity_ids, unit_ids, source, target, probability, counts, np.flatnonzero(out == 0))
+
+
+def graph_of(index: GraphIndex) -> WalkGraph:
+    """The index's walk graph, built on first use and kept with the opened index."""
+    graph = index.__dict__.get("_walk_graph")
+    if graph is None:
+        graph = index.__dict__["_walk_graph"] = build_graph(index)
+    return graph
+
+
+def pagerank(graph: WalkGraph, restart: np.ndarray, damping: float) -> np.ndarray:
+    """Personalised PageRank scores (summing to 1) for the restart vector `restart`."""
+    total = float(restart.sum())
+    if total <= 0:
+        return np.zeros(graph.size)
+    restart = restart / total
+    scores = restart.copy()
+    for _ in range(MAX_ITERATIONS):
+        spread = np.bincount(graph.target, weights=scores[graph.source] * graph.probability, minlength=graph.size)
+        stuck = float(scores[graph.dangling].sum()) if len(graph.dangling) else 0.0
+        new = (1 - damping) * restart + damping * (spread + stuck * restart)
+        change = float(np.abs(new - scores).sum())
+        scores = new
+        if change < TOLERANCE:
+            break
+    return scores
+
+
+def _scaled(similarity: np.ndarray, k: int) -> dict[int, float]:
+    """The `k` most similar rows, weighted into (0, 1]: 1 for the best, falling linearly to just
+    above 0 at the first row left out (embedding similarities are compressed, e5's mostly within a
+    few hundredths, so the raw values would make every candidate alike)."""
+    if k <= 0 or not len(similarity):
+        return {}
+    order = np.argsort(-similarity, kind="stable")
+    top = order[:k]
+    best = float(similarity[top[0]])
+    floor = float(similarity[order[k]]) if len(order) > k else float(similarity[top[-1]]) - 1e-6
+    span = max(best - floor, 1e-9)
+    return {int(i): max((float(similarity[i]) - floor) / span, 1e-3) for i in top}
+
+
+@dataclass
+class Walk:
+    """The walk's result: entity and unit ids best first, with their scores and the seeds."""
+
+    entities: list[tuple[str, float]]
+    units: list[tuple[str, float]]
+    named: list[str]
+    seeds: dict[str, float]
+
+    def entity_ids(self, k: int | None = None) -> list[str]:
+        return [e for e, _ in self.entities[:k]]
+
+    def unit_ids(self, k: int | None = None) -> list[str]:
+        return [u for u, _ in self.units[:k]]
+
+
+async def walk(q: Query, text: str) -> Walk:
+    """Seed the walk from `text` (the question, with any conversation), walk, and rank."""
+    s = q.settings.query
+    graph = graph_of(q.index)
+    n_entities = len(graph.entity_ids)
+    if not n_entities:  # no graph to walk: local search has nothing to say (basic search would)
+        return Walk([], [], [], {})
+    restart = np.zeros(graph.size)
+    named = named_entities(q.index.entities, text)
+    query_vector = (await q.embedder.embed([text], kind="query", step="embed"))[0]
+
+    vectors = await q.index.vectors("entities", q.embedder, q.log)
+    row = {e: i for i, e in enumerate(graph.entity_ids)}
+    similarity = np.full(n_entities, -1.0)
+    keep = [i for i, e in enumerate(vectors.ids) if e in row]
+    similarity[[row[vectors.ids[i]] for i in keep]] = (vectors.vectors @ np.asarray(query_vector, np.float32))[keep]
+    entity_weight = _scaled(similarity, s.top_entities)
+    for e in named:
+        entity_weight[row[e]] = 1.0
+    for i, weight in entity_weight.items():
+        restart[i] = weight / max(float(graph.units_per_entity[i]), 1.0) ** SPECIFICITY
+    if restart.sum() > 0:  # the entities' share of the restart is 1, the units' walk_unit_weight
+        restart /= restart.sum()
+
+    if s.walk_unit_weight > 0 and graph.unit_ids:
+        vectors = await q.index.vectors("text_units", q.embedder, q.log)
+        row = {u: i for i, u in enumerate(graph.unit_ids)}
+        similarity = np.full(len(graph.unit_ids), -1.0)
+        keep = [i for i, u in enumerate(vectors.ids) if u in row]
+        similarity[[row[vectors.ids[i]] for i in keep]] = (vectors.vectors @ np.asarray(query_vector, np.float32))[keep]
+        nearest = _scaled(similarity, s.walk_seed_units)
+        total = sum(nearest.values())
+        for i, weight in nearest.items():
+            restart[n_entities + i] = s.walk_unit_weight * weight / total
+
+    scores = pagerank(graph, restart, s.walk_damping)
+    seeds = {graph.entity_ids[i] if i < n_entities else graph.unit_ids[i - n_entities]: float(restart[i])
+             for i in np.flatnonzero(restart)}
+    entity_order = np.argsort(-scores[:n_entities], kind="stable")
+    unit_order = np.argsort(-scores[n_entities:], kind="stable")
+    return Walk(entities=[(graph.entity_ids[i], float(scores[i])) for i in entity_order if scores[i] > 0],
+                units=[(graph.unit_ids[i], float(scores[n_entities + i])) for i in unit_order
+                       if scores[n_entities + i] > 0],
+                named=named, seeds=seeds)

@@ -1,0 +1,169 @@
+"""Graph-walk retrieval (sensegraph/query/graph_walk.py): personalised PageRank over entities and
+text units, seeded from the question, and what local search makes of it.
+
+The graphs are hand-made so the expected ranking can be reasoned out: a film, its director and
+the director's father, each in their own passage, as in 2WikiMultihopQA's "Who is the father of
+the director of film X?", with a generic entity ("FILM") that many distractor passages share.
+Embeddings come from test_query's hashing embedder (texts that share words are similar).
+"""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pandas as pd
+
+from scripted import ScriptedLLM, last_user
+from sensegraph.config import load_settings
+from sensegraph.query.answer import Query
+from sensegraph.query.data import GraphIndex
+from sensegraph.query.graph_walk import build_graph, pagerank, walk
+from sensegraph.query.local_search import local_context, local_search
+from test_query import embedder
+
+
+def graph_index(tmp_path, entities, relationships, units) -> GraphIndex:
+    """A GraphIndex from (title, description, [unit ids]), (source, target, weight) and
+    (unit id, text) lists."""
+    ents = pd.DataFrame([{"id": f"e{i}", "human_readable_id": i, "title": t, "type": "person", "description": d,
+                          "text_unit_ids": u, "frequency": len(u), "degree": 1}
+                         for i, (t, d, u) in enumerate(entities)])
+    rels = pd.DataFrame([{"id": f"r{i}", "human_readable_id": i, "source": s, "target": t,
+                          "description": f"{s} and {t}", "weight": w, "combined_degree": 2, "text_unit_ids": []}
+                         for i, (s, t, w) in enumerate(relationships)],
+                        columns=["id", "human_readable_id", "source", "target", "description", "weight",
+                                 "combined_degree", "text_unit_ids"])
+    text_units = pd.DataFrame([{"id": u, "human_readable_id": i, "n_tokens": 30, "document_id": "d0", "text": text,
+                                "entity_ids": [], "relationship_ids": [], "covariate_ids": []}
+                               for i, (u, text) in enumerate(units)])
+    empty = pd.DataFrame(columns=["id", "human_readable_id", "community", "level", "parent", "children", "title",
+                                  "entity_ids", "full_content", "rank"])
+    return GraphIndex(tmp_path, {"entities": ents, "relationships": rels, "text_units": text_units,
+                                 "communities": empty.copy(), "community_reports": empty.copy()})
+
+
+def film_index(tmp_path, distractors: int = 5) -> GraphIndex:
+    """Palo Alto (film) -> Gia Coppola (its director) -> Francis Coppola (her father), plus
+    `distractors` other films that share only the generic entity FILM."""
+    others = [f"d{i}" for i in range(distractors)]
+    entities = [
+        ("PALO ALTO", "a 2013 film", ["u_film"]),
+        ("GIA COPPOLA", "a director", ["u_film", "u_director"]),
+        ("FRANCIS COPPOLA", "a film maker", ["u_director"]),
+        ("FILM", "a motion picture", ["u_film"] + others),
+    ] + [(f"OTHER MOVIE {i}", "another motion picture", [f"d{i}"]) for i in range(distractors)]
+    relationships = [("PALO ALTO", "GIA COPPOLA", 2.0), ("GIA COPPOLA", "FRANCIS COPPOLA", 2.0),
+                     ("PALO ALTO", "FILM", 1.0)] + [(f"OTHER MOVIE {i}", "FILM", 1.0) for i in range(distractors)]
+    units = [("u_film", "Palo Alto is a 2013 film directed by Gia Coppola."),
+             ("u_director", "Gia Coppola is the granddaughter of Carmine; her father is Francis.")]
+    units += [(d, f"Other movie {i} is a film released in 2013 about a father.") for i, d in enumerate(others)]
+    return graph_index(tmp_path, entities, relationships, units)
+
+
+def query(tmp_path, index: GraphIndex, question: str, llm: ScriptedLLM | None = None, **query_settings) -> Query:
+    settings = load_settings(tmp_path, overrides={"chat": {"provider": "openai", "model": "scripted",
+                                                           "base_url": "http://scripted/v1", "api_key": "k"},
+                                                  "query": query_settings, "cache": {"enabled": False}})
+    llm = llm or ScriptedLLM(lambda body: "Answer [Data: Sources (1)]")
+    return Query(question, settings, index, llm.client(settings.chat), embedder(settings))
+
+
+def unit_rank(index: GraphIndex, scores: np.ndarray) -> list[str]:
+    graph = build_graph(index)
+    n = len(graph.entity_ids)
+    return [graph.unit_ids[i] for i in np.argsort(-scores[n:], kind="stable")]
+
+
+def test_pagerank_from_one_entity_ranks_the_two_hop_passage_above_one_hop_distractors(tmp_path):
+    index = film_index(tmp_path)
+    graph = build_graph(index)
+    restart = np.zeros(graph.size)
+    restart[graph.entity_ids.index("e0")] = 1.0  # PALO ALTO
+    # FILM, one hop from every distractor passage, seeded as node specificity weighs it (6 units)
+    restart[graph.entity_ids.index("e3")] = 1.0 / np.sqrt(6)
+    scores = pagerank(graph, restart, damping=0.5)
+    assert abs(scores.sum() - 1) < 1e-6 and (scores >= 0).all()
+    ranked = unit_rank(index, scores)
+    # the director's passage names neither seed, yet beats every passage FILM touches directly
+    assert ranked[:2] == ["u_film", "u_director"]
+    # without the bridge entity the chain is cut and the director's passage falls behind them
+    cut = graph_index(tmp_path, [e for e in [("PALO ALTO", "", ["u_film"]), ("FILM", "", ["u_film", "d0", "d1"]),
+                                             ("FRANCIS COPPOLA", "", ["u_director"])]],
+                      [], [("u_film", "a"), ("u_director", "b"), ("d0", "c"), ("d1", "d")])
+    g = build_graph(cut)
+    r = np.zeros(g.size)
+    r[0] = r[1] = 1.0
+    assert unit_rank(cut, pagerank(g, r, damping=0.5))[-1] == "u_director"
+
+
+def test_pagerank_equals_the_closed_form_with_a_dangling_seed(tmp_path):
+    """The iteration solves p = (1-d)·r + d·(Pᵀp + (mass on dangling nodes)·r); check it against
+    numpy's linear solve on a graph with weighted edges and an entity without any."""
+    index = graph_index(tmp_path, [("LONER", "", []), ("A", "", ["u1", "u2"]), ("B", "", ["u2"])],
+                        [("A", "B", 3.0), ("A", "B", 1.0)], [("u1", "one"), ("u2", "two")])
+    graph = build_graph(index)
+    assert list(graph.dangling) == [0]
+    restart = np.array([1.0, 0.5, 0.0, 0.0, 0.25])
+    d = 0.85
+    scores = pagerank(graph, restart, damping=d)
+    r = restart / restart.sum()
+    P = np.zeros((graph.size, graph.size))
+    np.add.at(P, (graph.source, graph.target), graph.probability)
+    dangling = np.zeros(graph.size)
+    dangling[graph.dangling] = 1.0
+    expected = np.linalg.solve(np.eye(graph.size) - d * (P.T + np.outer(r, dangling)), (1 - d) * r)
+    assert np.allclose(scores, expected, atol=1e-7) and abs(scores.sum() - 1) < 1e-6
+    # relationship weights are scaled by their median (2.0), mentions weigh 1: A->B gets 2 of A's 4
+    assert np.allclose(P[1], [0, 0, 0.5, 0.25, 0.25])
+
+
+def test_seeds_come_from_names_in_the_question_and_from_embedding_neighbours(tmp_path):
+    index = film_index(tmp_path)
+    q = query(tmp_path, index, "Who is the father of the director of film Palo Alto?", top_entities=2)
+    path = asyncio.run(walk(q, q.question))
+    assert path.named[0] == "e0"  # PALO ALTO, named; FILM too (a whole-word match of "film")
+    assert set(path.named) == {"e0", "e3"}
+    entity_seeds = {e for e in path.seeds if e.startswith("e")}
+    # at most top_entities embedding neighbours beside the named ones
+    assert {"e0", "e3"} <= entity_seeds and len(entity_seeds) <= 2 + 2
+    # the named film weighs more than the generic FILM, whose five other passages dilute it
+    assert path.seeds["e0"] > path.seeds["e3"]
+    # and the passages nearest to the question seed the walk too (walk_seed_units)
+    assert any(not e.startswith("e") for e in path.seeds)
+    # entities ranked by the walk: the bridge entity, named nowhere in the question, is near the top
+    assert "e1" in path.entity_ids(3)
+
+
+def test_local_search_retrieves_a_passage_only_the_walk_reaches(tmp_path):
+    index = film_index(tmp_path, distractors=8)
+    question = "Who is the father of the director of film Palo Alto?"
+    walked = asyncio.run(local_context(query(tmp_path, index, question, top_entities=2, walk_seed_units=2,
+                                             context_tokens=300), question))
+    near = asyncio.run(local_context(query(tmp_path, index, question, top_entities=2, context_tokens=300,
+                                           local_retrieval="neighbourhood"), question))
+    sources = {kind: [r["id"] for r in s.records] for kind, s in (("walk", walked.sections[-1]),
+                                                                    ("near", near.sections[-1]))}
+    assert "u_director" in sources["walk"][:3]
+    assert "u_director" not in sources["near"]  # one hop from the matched entities does not reach it
+
+
+def test_chinese_names_seed_the_walk(tmp_path):
+    entities = [("孙悟空", "石猴", ["u1"]), ("菩提祖师", "师父", ["u1", "u2"]), ("斜月三星洞", "洞府", ["u2"]),
+                ("花果山", "山", ["u3"])]
+    relationships = [("孙悟空", "菩提祖师", 3.0), ("菩提祖师", "斜月三星洞", 2.0)]
+    units = [("u1", "猴王拜菩提祖师为师，得名孙悟空。"), ("u2", "菩提祖师住在灵台方寸山斜月三星洞。"), ("u3", "花果山有一块仙石。")]
+    index = graph_index(tmp_path, entities, relationships, units)
+    q = query(tmp_path, index, "孙悟空的师父住在哪里？", walk_seed_units=0, top_entities=1)
+    path = asyncio.run(walk(q, q.question))
+    assert path.named == ["e0"]  # 孙悟空 found inside a sentence without spaces
+    assert path.unit_ids(2) == ["u1", "u2"]  # the master's cave, two hops from the named monkey
+
+
+def test_local_search_with_the_walk_answers_from_the_walked_context(tmp_path):
+    index = film_index(tmp_path)
+    llm = ScriptedLLM(lambda body: "Gia Coppola [Data: Sources (0)]")
+    result = asyncio.run(local_search(query(tmp_path, index, "Who directed Palo Alto?", llm)))
+    assert result.stats["retrieval"] == "walk"
+    assert result.context.sections[1].records[0]["title"] == "PALO ALTO"  # the named entity leads
+    assert len(llm.requests) == 1 and "directed by Gia Coppola" in last_user(llm.requests[0])
+    assert result.citations == {"Sources": [0]}
