@@ -29,8 +29,21 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class EndpointSettings(_Section):
+    """One of several servers of the same model (`chat.endpoints`, `embedding.endpoints`): its
+    address, key and limits. Unset fields take the section's value."""
+
+    base_url: str
+    api_key: str | None = None
+    model: str = Field("", description="the model or deployment name on this server ('' = the section's model)")
+    api_version: str | None = None
+    concurrency: int | None = Field(None, ge=1, le=1024, description="requests in flight here (None = the section's)")
+    requests_per_minute: int | None = Field(None, ge=0, description="None = the section's; 0 = no limit")
+    tokens_per_minute: int | None = Field(None, ge=0, description="None = the section's; 0 = no limit")
+
+
 class ModelSettings(_Section):
-    """One model endpoint: the embedded default (`local`) or any OpenAI-compatible server."""
+    """One model: the embedded default (`local`) or any OpenAI-compatible server, or several."""
 
     provider: Literal["local", "openai"] = "local"
     model: str = ""
@@ -47,6 +60,11 @@ class ModelSettings(_Section):
     timeout: float = Field(300.0, gt=0, description="seconds per request")
     price_per_1k_prompt: float = Field(0.0, ge=0)
     price_per_1k_completion: float = Field(0.0, ge=0)
+    # Several servers of this one model (provider openai): calls go to the least loaded one
+    # that is in rotation, each within its own concurrency and rate limits (sensegraph/llm/
+    # endpoints.py). Empty: the one server above. Answers are cached under `model` whichever
+    # server gave them, so every endpoint must serve the same model.
+    endpoints: list[EndpointSettings] = Field(default_factory=list)
 
 
 class ChatSettings(ModelSettings):
@@ -431,6 +449,17 @@ def load_settings(
 
 def _check_endpoints(s: Settings) -> None:
     for name, m in (("chat", s.chat), ("embedding", s.embedding)):
+        if m.endpoints and m.provider != "openai":
+            raise SettingsError(f"{name}.endpoints: several endpoints need provider 'openai' "
+                                f"(the embedded model is one local server)")
+        if m.endpoints:
+            if not m.model:
+                raise SettingsError(f"{name}.model: with {name}.endpoints, set the model they all serve: answers "
+                                    f"are cached under it (an endpoint's own `model` is its deployment name)")
+            for n, e in enumerate(m.endpoints):
+                if e.api_version and not e.base_url:
+                    raise SettingsError(f"{name}.endpoints[{n}].base_url: Azure needs https://NAME.openai.azure.com")
+            continue
         if m.provider == "openai":
             if not m.model:
                 raise SettingsError(f"{name}.model: set the model (or Azure deployment) name for provider 'openai'")

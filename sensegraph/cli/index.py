@@ -170,6 +170,11 @@ def print_summary(result) -> None:
                   + f", {total['completion_tokens']:,} completion")
     if "cost" in total:
         table.add_row("cost", f"{total['cost']:.4f}")
+    for kind, servers in stats.get("endpoints", {}).items():
+        table.add_row(f"{kind} endpoints", "\n".join(
+            f"{name}: {e['requests']} requests, {e['faults']} faults, {e['rate_limited']} rate-limited"
+            + (f", out of rotation {e['out_of_rotation']}×" if e["out_of_rotation"] else "")
+            for name, e in servers.items()))
     table.add_row("wall time", f"{sum(s.get('seconds', 0) for s in stats['steps'].values()):.1f} s")
     out.print(table)
     if result.failures:

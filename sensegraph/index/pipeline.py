@@ -316,6 +316,8 @@ def _finish_stats(stats: dict[str, Any], usage: Usage, failures: dict[str, list[
 
 def _add_usage(stats: dict[str, Any], usage: Usage, failures: dict[str, list[str]]) -> None:
     stats["llm"] = usage.as_dict()
+    if report := usage.endpoint_report():  # a model served by several endpoints: what each did
+        stats["endpoints"] = report
     for step, entry in stats["steps"].items():
         # Usage is recorded under the pipeline's step names; claims are part of extraction.
         # A step that made no call still reports zeros, so stats.json keeps one shape.

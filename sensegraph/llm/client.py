@@ -23,7 +23,8 @@ from pydantic import BaseModel, ValidationError
 from ..config import ChatSettings
 from ..tokens import count_tokens
 from .cache import Cache, cache_key
-from .limits import RateLimiter, backoff_delay
+from .endpoints import Endpoints
+from .limits import backoff_delay
 from .transport import LLMError, Retryable, describe_error, open_client, transient
 from .usage import Usage
 
@@ -105,17 +106,14 @@ class ChatClient:
         self.cache = cache
         self.usage = usage or Usage(settings.price_per_1k_prompt, settings.price_per_1k_completion)
         self.model = model or settings.model
-        self._base_url = base_url or settings.base_url
         # `endpoint` resolves (base_url, model) lazily: the embedded server starts on first use.
-        self._endpoint = endpoint
+        self.endpoints = Endpoints(settings, base_url=base_url, resolve=endpoint, http_client=http_client)
+        self._secrets = tuple(e.api_key for e in self.endpoints.all) + (settings.api_key,)
+        self.usage.pools["chat"] = self.endpoints
         # Server-specific sampling options (llama.cpp's repeat_penalty for the embedded model);
         # part of the cache key because they change the answer.
         self.extra_body = extra_body or {}
         self._http_client = http_client
-        self._client: openai.AsyncOpenAI | None = None
-        self._client_lock = asyncio.Lock()
-        self._semaphore = asyncio.Semaphore(settings.concurrency)
-        self._limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute)
         self._mode = settings.structured_output if settings.structured_output != "auto" else "json_schema"
         self._auto = settings.structured_output == "auto"
 
@@ -157,15 +155,15 @@ class ChatClient:
 
     # -- connection ---------------------------------------------------------------------------
     async def _openai(self) -> openai.AsyncOpenAI:
-        if self._client is not None:
-            return self._client
-        async with self._client_lock:
-            if self._client is None:
-                if self._endpoint is not None:
-                    self._base_url, model = await self._endpoint()
-                    self.model = self.model or model
-                self._client = open_client(self.settings, self._base_url, self._http_client)
-        return self._client
+        """The `openai` client of the first endpoint (resolving the embedded server's address):
+        what `sensegraph doctor` probes."""
+        first = await self.endpoints.resolved()
+        self.model = self.model or first.model
+        return self.endpoints.client(first)
+
+    @property
+    def _base_url(self) -> str | None:
+        return self.endpoints.all[0].base_url
 
     # -- public API ---------------------------------------------------------------------------
     async def complete(
@@ -242,7 +240,7 @@ class ChatClient:
         temperature = self.settings.temperature if temperature is None else temperature
         json_schema = _strict_schema(schema) if schema is not None else None
         use = self.usage.step(step)
-        if self._endpoint is not None and self._client is None:
+        if not self.model:
             await self._openai()  # resolves the model name, which is part of the cache key
         key = self._key(messages, max_tokens, temperature, json_schema)
         if self.cache is not None and (hit := self.cache.get_json(key)) is not None:
@@ -252,7 +250,8 @@ class ChatClient:
             return hit["content"]
 
         purpose = self._purpose(step, item)
-        estimate = sum(count_tokens(m["content"]) for m in messages) + max_tokens if self._limiter.enabled else 0
+        limited = any(e.limiter.enabled for e in self.endpoints.all)
+        estimate = sum(count_tokens(m["content"]) for m in messages) + max_tokens if limited else 0
         attempts = self.settings.max_retries + 1
         shown = _Shown(on_token) if on_token is not None else None
         last = ""
@@ -264,14 +263,14 @@ class ChatClient:
         vary = 0
         last_bad: str | None = None
         same_bad = 0
+        failed_on = None  # the endpoint the last attempt faulted on: the retry goes elsewhere
         for attempt in range(attempts):
-            self._check_budget(step, item)  # before the rate limiter, which may wait
+            self._check_budget(step, item)  # before waiting for a slot or the rate limiter
             if attempt:
                 use.retries += 1
-            await self._limiter.acquire(estimate)
             try:
                 content, usage = await self._request(messages, max_tokens, temperature, schema, json_schema,
-                                                     vary, step, item, shown)
+                                                     vary, step, item, shown, estimate, failed_on)
                 # Tokens of a rejected answer are billed too; `calls` counts only answers we keep.
                 self.usage.add_chat(step, usage[0] or sum(count_tokens(m["content"]) for m in messages),
                                     usage[1] or count_tokens(content), usage[2])
@@ -284,6 +283,7 @@ class ChatClient:
                 return content
             except Retryable as exc:
                 last = str(exc)
+                failed_on = exc.endpoint
                 if schema is not None and exc.answer is not None:
                     same_bad = same_bad + 1 if exc.answer == last_bad else 1
                     if vary or exc.repeats or same_bad >= SAME_BAD_ANSWERS_BEFORE_VARYING:
@@ -294,20 +294,18 @@ class ChatClient:
                                                       retry_after=exc.retry_after))
             except openai.APIStatusError as exc:
                 use.failures.append(item or step)
-                raise LLMError(purpose, describe_error(exc, self.settings.api_key), attempt + 1) from None
+                raise LLMError(purpose, describe_error(exc, self._secrets), attempt + 1) from None
         use.failures.append(item or step)
         raise LLMError(purpose, last, attempts)
 
     async def _request(
         self, messages: Messages, max_tokens: int, temperature: float,
         schema: type[BaseModel] | None, json_schema: dict | None, vary: int, step: str, item: str = "",
-        shown: _Shown | None = None,
+        shown: _Shown | None = None, estimate: int = 0, avoid: Any = None,
     ) -> tuple[str, Usage3]:
-        """One HTTP request (streamed when `shown` is given): the answer and its token counts,
-        or Retryable for a transient fault or an unusable answer."""
-        client = await self._openai()
-        kwargs: dict[str, Any] = dict(model=self.model, messages=messages, max_tokens=max_tokens,
-                                      temperature=temperature)
+        """One HTTP request (streamed when `shown` is given) on the endpoint that has a slot: the
+        answer and its token counts, or Retryable for a transient fault or an unusable answer."""
+        kwargs: dict[str, Any] = dict(messages=messages, max_tokens=max_tokens, temperature=temperature)
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
         if vary and schema is not None:
@@ -323,26 +321,39 @@ class ChatClient:
             if mode == "json_mode":
                 kwargs["response_format"] = {"type": "json_object"}
         try:
-            async with self._semaphore:
+            async with self.endpoints.slot(avoid) as endpoint:
                 self._check_budget(step, item)
+                await endpoint.limiter.acquire(estimate)
+                self._check_budget(step, item)  # the limiter may have waited
                 # Counted per HTTP request, so a fallback between structured modes counts too.
                 self.usage.step(step).requests += 1
-                if shown is None:
-                    content, finish, usage = _answer_of(await client.chat.completions.create(**kwargs))
-                else:
-                    # Read inside the slot: the request is in flight until its last chunk.
-                    chunks = await client.chat.completions.create(
-                        **kwargs, stream=True, stream_options={"include_usage": True})
-                    content, finish, usage = await _read_stream(chunks, shown)
+                client = self.endpoints.client(endpoint)
+                try:
+                    # The endpoint's model name (an Azure deployment); the cache key keeps self.model.
+                    kwargs["model"] = endpoint.model or self.model
+                    if shown is None:
+                        content, finish, usage = _answer_of(await client.chat.completions.create(**kwargs))
+                    else:
+                        # Read inside the slot: the request is in flight until its last chunk.
+                        chunks = await client.chat.completions.create(
+                            **kwargs, stream=True, stream_options={"include_usage": True})
+                        content, finish, usage = await _read_stream(chunks, shown)
+                except (openai.OpenAIError, httpx.TransportError, json.JSONDecodeError) as exc:
+                    if (fault := transient(exc, self._secrets)) is None:
+                        raise
+                    self.endpoints.faulted(endpoint, fault, rate_limited=isinstance(exc, openai.RateLimitError))
+                    fault.endpoint = endpoint
+                    raise fault from None
+                self.endpoints.answered(endpoint)
         except (openai.OpenAIError, httpx.TransportError, json.JSONDecodeError) as exc:
-            if (fault := transient(exc, self.settings.api_key)) is not None:
+            if (fault := transient(exc, self._secrets)) is not None:
                 raise fault from None
             if (schema is not None and self._auto and isinstance(exc, openai.APIStatusError)
                     and exc.status_code in (400, 422) and mode != "prompt"):
                 # The server does not support this structured-output mode: step down once and retry now.
                 self._mode = "json_mode" if mode == "json_schema" else "prompt"
                 return await self._request(messages, max_tokens, temperature, schema, json_schema, vary, step,
-                                           item, shown)
+                                           item, shown, estimate, avoid)
             raise
         if not content.strip():
             raise Retryable(f"empty answer (finish_reason={finish})", answer=content)
@@ -353,9 +364,7 @@ class ChatClient:
         return content, usage
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self.endpoints.aclose()
 
 
 def _with_hint(messages: Messages, hint: str) -> Messages:

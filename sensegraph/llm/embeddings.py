@@ -18,7 +18,8 @@ from ..config import EmbeddingSettings
 from ..tokens import count_tokens
 from .cache import Cache, cache_key
 from .limits import backoff_delay
-from .transport import LLMError, Retryable, describe_error, open_client, transient
+from .endpoints import Endpoint, Endpoints
+from .transport import LLMError, Retryable, describe_error, transient
 from .usage import Usage
 
 Kind = Literal["passage", "query"]
@@ -70,8 +71,10 @@ class Embedder:
         self.cache = cache
         self.usage = usage or Usage(settings.price_per_1k_prompt, settings.price_per_1k_completion)
         self._http_client = http_client
-        self._client: openai.AsyncOpenAI | None = None
-        self._semaphore = asyncio.Semaphore(settings.concurrency)
+        # The remote servers (one, or several: embedding.endpoints); unused by the local model.
+        self.endpoints = Endpoints(settings, http_client=http_client)
+        self._secrets = tuple(e.api_key for e in self.endpoints.all) + (settings.api_key,)
+        self.usage.pools["embedding"] = self.endpoints
         # The local model already uses every core for one batch; two at once would only thrash.
         self._local_lock = asyncio.Lock()
         self._dim: int | None = LOCAL_DIM if settings.provider == "local" else (
@@ -124,9 +127,7 @@ class Embedder:
         return np.stack(rows).astype(np.float32, copy=False)  # type: ignore[arg-type]
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self.endpoints.aclose()
 
     # -- internals ----------------------------------------------------------------------------
     def _key(self, text: str, kind: Kind) -> str:
@@ -159,9 +160,8 @@ class Embedder:
         return vectors
 
     def _openai(self) -> openai.AsyncOpenAI:
-        if self._client is None:
-            self._client = open_client(self.settings, self.settings.base_url, self._http_client)
-        return self._client
+        """The `openai` client of the first endpoint: what `sensegraph doctor` probes."""
+        return self.endpoints.client(self.endpoints.all[0])
 
     async def _remote_batch(self, batch: list[str], step: str, number: int) -> np.ndarray:
         s = self.settings
@@ -169,18 +169,22 @@ class Embedder:
         purpose = f"{step} (embedding batch {number} of {len(batch)} texts)"
         # OpenAI refuses empty strings; a blank embeds to a meaningless but valid vector.
         inputs = [t if t.strip() else " " for t in batch]
-        kwargs: dict[str, Any] = dict(model=s.model, input=inputs)
+        kwargs: dict[str, Any] = dict(input=inputs)
         if s.dimensions:
             kwargs["dimensions"] = s.dimensions
+        limited = any(e.limiter.enabled for e in self.endpoints.all)
+        estimate = sum(count_tokens(t) for t in batch) if limited else 0
         attempts = s.max_retries + 1
         last = ""
+        failed_on = None  # the endpoint the last attempt faulted on: the retry goes elsewhere
         for attempt in range(attempts):
             if attempt:
                 use.retries += 1
             try:
-                async with self._semaphore:
+                async with self.endpoints.slot(failed_on) as endpoint:
+                    await endpoint.limiter.acquire(estimate)
                     use.requests += 1
-                    reply = await self._request(kwargs)
+                    reply = await self._request(endpoint, kwargs)
                 if len(reply.data) != len(batch):
                     raise Retryable(f"the server returned {len(reply.data)} vectors for {len(batch)} texts")
                 ordered = sorted(reply.data, key=lambda d: d.index)
@@ -191,19 +195,25 @@ class Embedder:
                 return vectors
             except Retryable as exc:
                 last = str(exc)
+                failed_on = exc.endpoint
                 if attempt + 1 < attempts:
                     await asyncio.sleep(backoff_delay(attempt, s.retry_base_seconds, retry_after=exc.retry_after))
             except openai.APIStatusError as exc:
                 use.failures.append(f"{step} batch {number}")
-                raise LLMError(purpose, describe_error(exc, self.settings.api_key), attempt + 1) from None
+                raise LLMError(purpose, describe_error(exc, self._secrets), attempt + 1) from None
         use.failures.append(f"{step} batch {number}")
         raise LLMError(purpose, last, attempts)
 
-    async def _request(self, kwargs: dict[str, Any]) -> Any:
+    async def _request(self, endpoint: Endpoint, kwargs: dict[str, Any]) -> Any:
         try:
-            return await self._openai().embeddings.create(**kwargs)
+            reply = await self.endpoints.client(endpoint).embeddings.create(
+                model=endpoint.model or self.settings.model, **kwargs)
+            self.endpoints.answered(endpoint)
+            return reply
         except (openai.OpenAIError, httpx.TransportError, ValueError) as exc:
-            if (fault := transient(exc, self.settings.api_key)) is not None:
+            if (fault := transient(exc, self._secrets)) is not None:
+                self.endpoints.faulted(endpoint, fault, rate_limited=isinstance(exc, openai.RateLimitError))
+                fault.endpoint = endpoint
                 raise fault from None
             if isinstance(exc, ValueError):
                 # A reply without vectors ("No embedding data received"): a garbled answer, so

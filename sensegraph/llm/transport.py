@@ -38,25 +38,31 @@ class Retryable(Exception):
         self.retry_after = retry_after
         self.answer = answer
         self.repeats = repeats
+        self.endpoint: Any = None  # the server that faulted, when it was the server (llm/endpoints.py)
 
 
-def open_client(settings: ModelSettings, base_url: str | None,
-                http_client: httpx.AsyncClient | None = None) -> openai.AsyncOpenAI:
-    """The `openai` client for one endpoint (Azure when `api_version` is set)."""
+def open_client(settings: ModelSettings, base_url: str | None, http_client: httpx.AsyncClient | None = None, *,
+                api_key: str | None = None, api_version: str | None = None,
+                concurrency: int | None = None) -> openai.AsyncOpenAI:
+    """The `openai` client for one endpoint (Azure when `api_version` is set); key, API version
+    and concurrency default to the section's (an entry of `endpoints` may have its own)."""
     s = settings
+    key = api_key or s.api_key
+    version = api_version or s.api_version
+    connections = (concurrency or s.concurrency) + 4
     http = http_client or httpx.AsyncClient(
         timeout=httpx.Timeout(s.timeout, connect=min(30.0, s.timeout)),
-        limits=httpx.Limits(max_connections=s.concurrency + 4, max_keepalive_connections=s.concurrency + 4),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
     )
     # Our retry loops count attempts per item and honour Retry-After; the library's would double them.
-    common: dict[str, Any] = dict(api_key=s.api_key or "sensegraph-no-key", max_retries=0, timeout=s.timeout,
+    common: dict[str, Any] = dict(api_key=key or "sensegraph-no-key", max_retries=0, timeout=s.timeout,
                                   http_client=http)
-    if s.api_version:
-        return openai.AsyncAzureOpenAI(azure_endpoint=base_url, api_version=s.api_version, **common)
+    if version:
+        return openai.AsyncAzureOpenAI(azure_endpoint=base_url, api_version=version, **common)
     return openai.AsyncOpenAI(base_url=base_url, **common)
 
 
-def transient(exc: BaseException, secret: str | None = None) -> Retryable | None:
+def transient(exc: BaseException, secret: str | tuple[str | None, ...] | None = None) -> Retryable | None:
     """The Retryable for a fault that the identical request may not hit again (rate limit, 5xx,
     timeout, dropped connection, a body cut off in transfer), or None for one it would hit again
     (401, 404, a 400 the caller may handle)."""
@@ -80,11 +86,14 @@ def transient(exc: BaseException, secret: str | None = None) -> Retryable | None
     return None
 
 
-def describe_error(exc: BaseException, secret: str | None = None) -> str:
-    """One line saying why a request failed; never containing `secret` (the API key), which a
-    server may echo back in an error body."""
+def describe_error(exc: BaseException, secret: str | tuple[str | None, ...] | None = None) -> str:
+    """One line saying why a request failed; never containing `secret` (the API key, or the keys
+    of several endpoints), which a server may echo back in an error body."""
     text = _error_text(exc)
-    return text.replace(secret, "***") if secret and len(secret) >= 4 else text
+    for key in (secret if isinstance(secret, tuple) else (secret,)):
+        if key and len(key) >= 4:
+            text = text.replace(key, "***")
+    return text
 
 
 def _error_text(exc: BaseException) -> str:

@@ -55,6 +55,13 @@ class Usage:
         self.price_embedding = price_per_1k_prompt if price_per_1k_embedding is None else price_per_1k_embedding
         self.chat_prompt_tokens = 0
         self.chat_completion_tokens = 0
+        # The endpoint pools ("chat", "embedding") of the clients writing here, for per-server
+        # figures when a model has several servers (llm/endpoints.py).
+        self.pools: dict[str, Any] = {}
+
+    def endpoint_report(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per-server usage of each model that has several servers (empty when none has)."""
+        return {kind: pool.report() for kind, pool in sorted(self.pools.items()) if pool.several}
 
     def step(self, name: str) -> StepUsage:
         if name not in self.steps:
