@@ -273,7 +273,7 @@ class MockServer:
     def __init__(self, *, latency: float = 0.0, faults: dict[str, float] | None = None,
                  script: list[str] | None = None, seed: int = 0, host: str = "127.0.0.1", port: int = 0,
                  reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
-                 api_key: str | None = None, yes_rate: float = 0.0):
+                 api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0):
         unknown = set(faults or {}) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)}; allowed: {', '.join(FAULTS)}")
@@ -290,6 +290,10 @@ class MockServer:
         self.api_key = api_key
         # Share of boolean fields (other than gleaning's "missed") answered true.
         self.yes_rate = yes_rate
+        # At most this many requests are worked on at once (0 = no limit); the rest queue, like
+        # a GPU server at its batch limit, so latency grows with the queue instead of staying flat.
+        self.batch_limit = batch_limit
+        self._batch: asyncio.Semaphore | None = None
         self.last_headers: dict[str, str] = {}
         self.requests: deque[dict[str, Any]] = deque(maxlen=1000)  # the last request bodies
         self._seen: Counter[bytes] = Counter()  # occurrences per body: faults repeat per request order
@@ -476,7 +480,12 @@ class MockServer:
             fault = self._fault(digest)
             with self._lock:
                 self._by_fault[fault] += 1
-            if self.latency:
+            if self.batch_limit:
+                if self._batch is None:
+                    self._batch = asyncio.Semaphore(self.batch_limit)
+                async with self._batch:
+                    await asyncio.sleep(self.latency)
+            elif self.latency:
                 await asyncio.sleep(self.latency)
             if fault == "hang":
                 # Wait past any client timeout; a client that gives up closes the socket -> EOF.
@@ -592,7 +601,7 @@ def _error(message: str, etype: str) -> dict[str, Any]:
 def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None = None,
                       script: list[str] | None = None, seed: int = 0, port: int = 0,
                       reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
-                      api_key: str | None = None, yes_rate: float = 0.0) -> MockServer:
+                      api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0) -> MockServer:
     """Start a mock server in a background thread; use as a context manager or call `.stop()`.
 
     faults: rates per fault, e.g. {"429": 0.1, "hang": 0.01} (FAULTS lists them).
@@ -601,9 +610,11 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
     reject_formats: response_format types answered with 400 ("json_schema", "json_object").
     models: the model names served (listed by GET /models); others get 404. None: any name.
     api_key: if set, requests without `Authorization: Bearer <api_key>` get 401.
+    batch_limit: at most this many requests are answered at once, the others queue (0 = no limit).
     """
     return MockServer(latency=latency, faults=faults, script=script, seed=seed, port=port,
-                      reject_formats=reject_formats, models=models, api_key=api_key, yes_rate=yes_rate).start()
+                      reject_formats=reject_formats, models=models, api_key=api_key, yes_rate=yes_rate,
+                      batch_limit=batch_limit).start()
 
 
 def main() -> None:
@@ -617,6 +628,7 @@ def main() -> None:
     ap.add_argument("--reject", default="", help="response_format types to refuse, e.g. json_schema")
     ap.add_argument("--models", default="", help="comma-separated model names served; others get 404")
     ap.add_argument("--api-key", default=None, help="require this bearer key (others get 401)")
+    ap.add_argument("--batch-limit", type=int, default=0, help="requests answered at once; the rest queue (0 = no limit)")
     ap.add_argument("--yes-rate", type=float, default=0.0,
                     help="share of yes/no fields (relevance verdicts; not gleaning's 'missed') answered yes")
     args = ap.parse_args()
@@ -629,7 +641,7 @@ def main() -> None:
     server = start_mock_server(latency=args.latency, faults=faults, seed=args.seed, port=args.port,
                                reject_formats=tuple(x for x in args.reject.split(",") if x),
                                models=tuple(x for x in args.models.split(",") if x) or None,
-                               api_key=args.api_key, yes_rate=args.yes_rate)
+                               api_key=args.api_key, yes_rate=args.yes_rate, batch_limit=args.batch_limit)
     print(f"mock LLM at {server.base_url} (latency {args.latency}s, faults {faults or 'none'})", flush=True)
     try:
         while True:

@@ -197,3 +197,22 @@ def test_settings_reject_endpoints_without_a_model_or_with_the_embedded_one(tmp_
                       env={})
     with pytest.raises(SettingsError, match="need provider 'openai'"):
         load_settings(tmp_path, overrides={"chat": {"endpoints": [{"base_url": "http://a/v1"}]}}, env={})
+
+
+def test_preflight_checks_every_endpoint(servers, tmp_path):
+    from sensegraph.llm.doctor import preflight
+
+    fine, keyed = servers(), servers(api_key="right")
+
+    def problems(*entries):
+        chat_section = {"provider": "openai", "model": "mock", "api_key": "k", "endpoints": list(entries)}
+        s = load_settings(tmp_path, overrides={"chat": chat_section}, env={})
+        return asyncio.run(preflight(s))
+
+    assert problems({"base_url": fine.base_url}, {"base_url": keyed.base_url, "api_key": "right"}) == []
+    wrong = problems({"base_url": fine.base_url}, {"base_url": keyed.base_url})  # the section's key "k"
+    assert len(wrong) == 1 and wrong[0].startswith("chat.endpoints[1] ") and "401" in wrong[0]
+    # one server down among several: the run copes (it leaves the rotation); all down: it cannot
+    assert problems({"base_url": closed_port()}, {"base_url": fine.base_url}) == []
+    down = problems({"base_url": closed_port()}, {"base_url": closed_port()})
+    assert len(down) == 1 and "endpoints[0]" in down[0] and "endpoints[1]" in down[0]

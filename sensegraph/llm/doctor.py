@@ -219,35 +219,58 @@ async def preflight(settings: Settings) -> list[str]:
 
 
 async def _preflight_endpoint(settings: Settings, section: str) -> str | None:
+    """The problem of one model section, checking each of its servers (`endpoints`). A wrong key
+    or model on any server is a problem (its requests would fail for good); an unreachable one
+    among several is not (the run takes it out of the rotation), all of them unreachable is."""
     s = settings.model_copy(deep=True)
     m: ModelSettings = getattr(s, section)
     m.timeout = min(m.timeout, PREFLIGHT_TIMEOUT)
     m.max_retries = 0
     holder = open_chat(s, cache=None) if section == "chat" else open_embedder(s, cache=None)
+    try:
+        if section == "chat":
+            await holder._openai()  # resolves the address of the first server
+        servers = holder.endpoints.all
+        unreachable: list[str] = []
+        for n, endpoint in enumerate(servers):
+            where = f"{section}.endpoints[{n}] " if len(servers) > 1 else ""
+            sentence, down = await _check_server(holder.endpoints.client(endpoint), section, m,
+                                                 endpoint.model or m.model, endpoint.base_url)
+            if sentence and not down:
+                return where + sentence
+            if sentence:
+                unreachable.append(where + sentence)
+        return "; ".join(unreachable) if len(unreachable) == len(servers) else None
+    finally:
+        await holder.aclose()
+
+
+async def _check_server(raw: openai.AsyncOpenAI, section: str, m: ModelSettings, model: str,
+                        base_url: str | None) -> tuple[str | None, bool]:
+    """(problem or None, whether the problem is that nothing answers) for one server."""
     listed: set[str] | None = None
     try:
         # The same openai client (URL, key, Azure version) the index will use.
-        raw = await holder._openai() if section == "chat" else holder._openai()
         listed = await _listed_models(raw)
-        if listed is not None and m.model in listed:
-            return None
+        if listed is not None and model in listed:
+            return None, False
         # Not listed: some servers serve any name, Azure lists models, not deployments. Ask once.
         if section == "chat":
-            await raw.chat.completions.create(model=m.model, messages=[{"role": "user", "content": "ping"}],
+            await raw.chat.completions.create(model=model, messages=[{"role": "user", "content": "ping"}],
                                               max_tokens=1, temperature=0.0)
         else:
-            await raw.embeddings.create(model=m.model, input=["ping"])
-        return None
+            await raw.embeddings.create(model=model, input=["ping"])
+        return None, False
     except openai.NotFoundError as exc:
         known = f" (the server lists: {', '.join(sorted(listed)[:8])})" if listed else ""
-        return _fix(exc, section, m, m.base_url) + known
-    except (openai.AuthenticationError, openai.PermissionDeniedError, openai.APIConnectionError) as exc:
-        return _fix(exc, section, m, m.base_url)
+        return _fix(exc, section, m, base_url) + known, False
+    except openai.APIConnectionError as exc:
+        return _fix(exc, section, m, base_url), True
+    except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+        return _fix(exc, section, m, base_url), False
     except (openai.OpenAIError, ValueError):
         # 400, 429, 5xx, a garbled reply: not a setup error; the index's retries and messages handle them.
-        return None
-    finally:
-        await holder.aclose()
+        return None, False
 
 
 async def _listed_models(raw: openai.AsyncOpenAI) -> set[str] | None:
