@@ -247,6 +247,15 @@ class QuerySettings(_Section):
         return self
 
 
+class RaySettings(_Section):
+    """A Ray cluster for the LLM calls of indexing (`sensegraph index --ray`, llm/ray_workers.py)."""
+
+    # None: no Ray (the default; Ray is not even imported). "auto": the cluster `ray start`
+    # started on this machine (or RAY_ADDRESS); HOST:6379 or ray://HOST:10001 for another.
+    address: str | None = None
+    workers: int = Field(0, ge=0, description="workers making the calls, spread over the nodes (0 = one per node)")
+
+
 class Settings(_Section):
     chat: ChatSettings = Field(default_factory=ChatSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
@@ -262,6 +271,7 @@ class Settings(_Section):
     query: QuerySettings = Field(default_factory=QuerySettings)
     concepts: ConceptSettings = Field(default_factory=ConceptSettings)
     lazy: LazySettings = Field(default_factory=LazySettings)
+    ray: RaySettings = Field(default_factory=RaySettings)
     # standard: the paper's pipeline (an LLM reads every text unit); lazy: concepts by NLP, no
     # chat call at index time, the LLM is spent at query time (`sensegraph query --method lazy`).
     index_method: Literal["standard", "lazy"] = "standard"

@@ -26,9 +26,13 @@ from .common import (BUDGET_EXIT, ROOT_OPTION, budget_options, budget_overrides,
               help="standard: the paper's pipeline, the chat model reads every text unit. lazy: concepts "
                    "by NLP and their co-occurrence graph, no chat call; the LLM works at query time "
                    "(`sensegraph query --method lazy`). Default: index_method in settings.yaml.")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Make the LLM calls on a running Ray cluster: 'auto' for the one `ray start` began on this "
+                   "machine, or HOST:6379. Needs `pip install 'sensegraph[ray]'` and provider openai endpoints "
+                   "the nodes can reach. Default: ray.address in settings.yaml (none: no Ray).")
 @budget_options
 def index_command(root: str, dry_run: bool, no_cache: bool, allow_partial: bool, method: str | None,
-                  budget_tokens: int | None, budget_cost: float | None) -> None:
+                  ray_address: str | None, budget_tokens: int | None, budget_cost: float | None) -> None:
     """Build the graph index from the documents in input/ into output/.
 
     Steps: documents -> text units -> entities, relationships (and claims) with gleaning ->
@@ -51,7 +55,8 @@ def index_command(root: str, dry_run: bool, no_cache: bool, allow_partial: bool,
     3 stopped at the spending budget (rerun to continue).
     """
     settings = settings_for(root, **budget_overrides(budget_tokens, budget_cost),
-                            **({"index_method": method} if method else {}))
+                            **({"index_method": method} if method else {}),
+                            **({"ray": {"address": ray_address}} if ray_address else {}))
     if dry_run:
         from ..index.estimate import estimate_index
 
@@ -122,6 +127,7 @@ def run_index(settings, *, no_cache: bool = False, allow_partial: bool = False, 
     from ..index.pipeline import run_index as pipeline_run
     from ..llm import BudgetReached, LLMError
     from ..llm.doctor import preflight
+    from ..llm.ray_workers import RayUnavailable
 
     run = run or pipeline_run
 
@@ -133,7 +139,7 @@ def run_index(settings, *, no_cache: bool = False, allow_partial: bool = False, 
         with progress_bars() as bar:
             return asyncio.run(run(settings, bar=bar, log=log, cache=False if no_cache else None,
                                    allow_partial=allow_partial))
-    except (InputError, SettingsError) as exc:
+    except (InputError, SettingsError, RayUnavailable) as exc:
         fail(str(exc))
     except IndexFailed as exc:
         fail(str(exc), code=1)

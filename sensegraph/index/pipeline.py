@@ -145,6 +145,13 @@ async def _models(settings: Settings, cache: bool | None):
     answer_cache = open_cache(settings, cache)
     llm = open_chat(settings, cache=answer_cache, usage=usage)
     embedder = open_embedder(settings, cache=answer_cache, usage=usage)
+    workers = None
+    if settings.ray.address:  # the uncached calls go to the cluster's workers; the rest stays here
+        from ..llm.ray_workers import RayWorkers
+
+        workers = RayWorkers(settings, settings.ray.address, settings.ray.workers)  # blocks while it connects
+        llm.workers = embedder.workers = workers
+        usage.pools = {"chat": workers.pool("chat"), "embedding": workers.pool("embedding")}
     tasks: list[asyncio.Task] = []
 
     def background(task: asyncio.Task | None) -> asyncio.Task | None:
@@ -160,6 +167,8 @@ async def _models(settings: Settings, cache: bool | None):
         await asyncio.gather(*tasks, return_exceptions=True)
         await llm.aclose()
         await embedder.aclose()
+        if workers is not None:
+            await workers.aclose()
         if answer_cache is not None:
             answer_cache.close()
 

@@ -110,6 +110,8 @@ class ChatClient:
         self.endpoints = Endpoints(settings, base_url=base_url, resolve=endpoint, http_client=http_client)
         self._secrets = tuple(e.api_key for e in self.endpoints.all) + (settings.api_key,)
         self.usage.pools["chat"] = self.endpoints
+        # Set by the pipeline for `--ray`: the cluster's workers make the uncached calls.
+        self.workers: Any = None
         # Server-specific sampling options (llama.cpp's repeat_penalty for the embedded model);
         # part of the cache key because they change the answer.
         self.extra_body = extra_body or {}
@@ -248,6 +250,15 @@ class ChatClient:
             if on_token is not None:
                 on_token(hit["content"])
             return hit["content"]
+
+        if self.workers is not None and on_token is None:
+            # A Ray cluster makes the call (llm/ray_workers.py); cache, budget and usage stay here.
+            self._check_budget(step, item)
+            content = await self.workers.chat(self, messages, schema=schema, step=step, item=item,
+                                              max_tokens=max_tokens, temperature=temperature)
+            if self.cache is not None:
+                self.cache.put_json(key, {"content": content})
+            return content
 
         purpose = self._purpose(step, item)
         limited = any(e.limiter.enabled for e in self.endpoints.all)

@@ -75,6 +75,8 @@ class Embedder:
         self.endpoints = Endpoints(settings, http_client=http_client)
         self._secrets = tuple(e.api_key for e in self.endpoints.all) + (settings.api_key,)
         self.usage.pools["embedding"] = self.endpoints
+        # Set by the pipeline for `--ray`: the cluster's workers embed the uncached batches.
+        self.workers: Any = None
         # The local model already uses every core for one batch; two at once would only thrash.
         self._local_lock = asyncio.Lock()
         self._dim: int | None = LOCAL_DIM if settings.provider == "local" else (
@@ -164,6 +166,8 @@ class Embedder:
         return self.endpoints.client(self.endpoints.all[0])
 
     async def _remote_batch(self, batch: list[str], step: str, number: int) -> np.ndarray:
+        if self.workers is not None:
+            return await self.workers.embed(self, batch, step=step, number=number)
         s = self.settings
         use = self.usage.step(step)
         purpose = f"{step} (embedding batch {number} of {len(batch)} texts)"

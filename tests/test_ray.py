@@ -1,0 +1,115 @@
+"""Indexing on a real local Ray cluster (sensegraph/llm/ray_workers.py): a head node and one
+worker node started with `ray start`, two mock endpoints, and the same corpus indexed in one
+process for comparison. Skipped when Ray is not installed (it is an optional extra; the test
+extra and .ci/run install it)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from mock_llm import start_mock_server  # noqa: E402
+from sensegraph.config import load_settings  # noqa: E402
+from sensegraph.index.pipeline import run_index  # noqa: E402
+from test_endpoints import closed_port  # noqa: E402
+from test_pipeline import snapshot, write_docs  # noqa: E402
+
+DOCS = {f"d{i}.txt": f"Acme Corp hired Jane Doe{i} in Berlin. Jane Doe{i} met John Smith at Globex. "
+                     f"Globex opened an office in Paris{i}, where Maria Lopez{i} leads the Paris{i} team. "
+                     f"Acme Corp and Globex signed the Berlin Accord{i} with the City of Paris{i}."
+        for i in range(6)}
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def _ray(*args: str) -> None:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run([*RAY, *args], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head node and a worker node on this machine, one CPU each; stopped after the module."""
+    port = closed_port().split(":")[2].split("/")[0]  # a free port
+    _ray("start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
+         "--disable-usage-stats")
+    try:
+        _ray("start", f"--address=127.0.0.1:{port}", "--num-cpus=1")
+        yield f"127.0.0.1:{port}"
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        _ray("stop", "--force")
+
+
+def project(root: Path, urls: list[str], **sections):
+    write_docs(root, DOCS)
+    common = {"provider": "openai", "model": "mock", "api_key": "x", "retry_base_seconds": 0.05,
+              "endpoints": [{"base_url": u, "concurrency": 4} for u in urls]}
+    return load_settings(root, overrides={"chat": common, "embedding": common, "chunks": {"size": 120, "overlap": 20},
+                                          **sections}, env={})
+
+
+def test_an_index_on_a_ray_cluster_equals_the_single_process_index(cluster, tmp_path):
+    with start_mock_server() as a, start_mock_server() as b:
+        alone = project(tmp_path / "alone", [a.base_url, b.base_url])
+        asyncio.run(run_index(alone, log=lambda m: None))
+        before = a.stats["requests"] + b.stats["requests"]
+        spread = project(tmp_path / "ray", [a.base_url, b.base_url], ray={"address": cluster})
+        result = asyncio.run(run_index(spread, log=lambda m: None))
+        sent = a.stats["requests"] + b.stats["requests"] - before
+    assert snapshot(tmp_path / "alone" / "output") == snapshot(tmp_path / "ray" / "output")
+    stats = json.loads((tmp_path / "ray" / "output" / "stats.json").read_text())
+    workers = {name.split(",")[0] for name in stats["endpoints"]["chat"]}
+    assert workers == {"worker 0", "worker 1"}  # one per node, both made calls
+    chat_calls = stats["llm"]["total"]["calls"] - stats["llm"]["embed"]["calls"]
+    assert sum(e["answers"] for e in stats["endpoints"]["chat"].values()) == chat_calls
+    assert sent >= chat_calls and not result.failures
+    # every answer reached the project's cache: a rerun makes no call at all
+    with start_mock_server() as c:
+        again = asyncio.run(run_index(project(tmp_path / "ray", [c.base_url], ray={"address": cluster}),
+                                      log=lambda m: None))
+        assert c.stats["requests"] == 0 and not again.failures
+
+
+def test_a_worker_killed_mid_step_costs_no_item(cluster, tmp_path):
+    with start_mock_server(latency=0.3) as a, start_mock_server(latency=0.3) as b:
+        settings = project(tmp_path, [a.base_url, b.base_url], ray={"address": cluster})
+        killed: list[int] = []
+
+        def kill_one_worker() -> None:
+            # once extraction is under way, SIGKILL one worker process (Ray restarts it)
+            deadline = time.monotonic() + 60
+            while a.stats["requests"] + b.stats["requests"] < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            # Ray names an actor's process after its class (the state API would need the dashboard)
+            pids = subprocess.run(["pgrep", "-f", "ray::ModelWorker"], capture_output=True, text=True).stdout.split()
+            os.kill(int(pids[0]), signal.SIGKILL)
+            killed.append(int(pids[0]))
+
+        killer = threading.Thread(target=kill_one_worker)
+        killer.start()
+        result = asyncio.run(run_index(settings, log=lambda m: None))
+        killer.join()
+    assert killed and not result.failures
+    units = result.tables["text_units"]
+    extracted = result.tables["entities"]["text_unit_ids"].explode().dropna().unique()
+    assert set(extracted) == set(units["id"])  # every unit's extraction made it
+
+
+def test_ray_with_the_embedded_model_is_refused_with_what_to_do(tmp_path):
+    from sensegraph.llm.ray_workers import RayUnavailable, RayWorkers
+
+    settings = load_settings(tmp_path, overrides={"ray": {"address": "auto"}}, env={})
+    with pytest.raises(RayUnavailable, match="chat.provider openai"):
+        RayWorkers(settings, "auto")
