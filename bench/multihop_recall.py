@@ -23,7 +23,7 @@ Each configuration has its own project folder under --workdir: a rerun reuses th
 every cached answer, so it is free.
 
     python bench/multihop_recall.py --index lazy                        # a minute, no chat call
-    python bench/multihop_recall.py --index standard --size 0.5b --limit 10 --gleanings 0
+    python bench/multihop_recall.py --index standard --size 0.5b --limit 10 --gleanings 0 --max-items 12
     python bench/multihop_recall.py --index standard                    # the full run, hours
 """
 from __future__ import annotations
@@ -61,7 +61,8 @@ def corpus_for(questions: list[dict], limit: int | None) -> list[str]:
 
 
 def project(args: argparse.Namespace, questions: list[dict]):
-    name = f"{args.index}-{args.size}-{args.limit or 'all'}" + (f"-g{args.gleanings}" if args.gleanings is not None else "")
+    name = (f"{args.index}-{args.size}-{args.limit or 'all'}" + (f"-g{args.gleanings}" if args.gleanings is not None else "")
+            + (f"-m{args.max_items}" if args.max_items else ""))
     workdir = Path(args.workdir) / name
     (workdir / "input").mkdir(parents=True, exist_ok=True)
     if args.limit is None:
@@ -70,7 +71,9 @@ def project(args: argparse.Namespace, questions: list[dict]):
             link.symlink_to(DATA / "corpus.jsonl")  # read in place
     else:  # a subset of the corpus lives in the scratch project only
         (workdir / "input" / "corpus.jsonl").write_text("\n".join(corpus_for(questions, args.limit)) + "\n")
-    gleanings = f"extraction:\n  max_gleanings: {args.gleanings}\n" if args.gleanings is not None else ""
+    extraction = {**({"max_gleanings": args.gleanings} if args.gleanings is not None else {}),
+                  **({"max_entities": args.max_items, "max_relationships": args.max_items} if args.max_items else {})}
+    gleanings = ("extraction:\n" + "".join(f"  {k}: {v}\n" for k, v in extraction.items())) if extraction else ""
     (workdir / "settings.yaml").write_text(
         f"index_method: {args.index}\nlocal:\n  size: {args.size}\n{gleanings}"
         # a context wide enough that Sources holds more than the largest k
@@ -130,6 +133,9 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="the first N questions (and a corpus cut to match)")
     ap.add_argument("--size", choices=["1.5b", "0.5b"], default="1.5b", help="the embedded chat model")
     ap.add_argument("--gleanings", type=int, default=None, help="extraction.max_gleanings (default: the setting's)")
+    ap.add_argument("--max-items", type=int, default=None,
+                    help="extraction.max_entities and max_relationships (a ~100-token passage needs few; "
+                         "fewer means shorter answers from a small model)")
     ap.add_argument("--lazy", action="store_true", help="also measure lazy search (chat calls for subqueries)")
     ap.add_argument("--budget", type=int, default=100, help="lazy search's relevance tests per question")
     ap.add_argument("--tester", choices=["auto", "chat", "embedding"], default="auto")

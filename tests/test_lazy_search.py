@@ -117,8 +117,9 @@ class Script:
             verdicts += [{"id": 999, "relevant": True, "subqueries": []}] * self.extra_verdicts
             return {"verdicts": verdicts}
         if kind == "Claims":
-            claims = [{"claim": f"CLAIM-{ref} says {text.split(' fact ')[-1] if ' fact ' in text else text[:20]}",
-                       "sources": [ref], "subquery": 1, "score": 80} for ref, text in rows_of(body)]
+            # a claim in the passage's own words, as claim_grounding requires
+            claims = [{"claim": f"CLAIM-{ref}: {text}", "sources": [ref], "subquery": 1, "score": 80}
+                      for ref, text in rows_of(body)]
             if self.bad_claims:
                 claims.append({"claim": "INVENTED claim", "sources": [555], "subquery": 9, "score": 99})
             return {"claims": claims}
@@ -269,6 +270,50 @@ def test_claims_that_name_no_passage_leave_the_answer_to_the_relevant_units(tmp_
     answer_call = next(b for b in llm.requests if asked(b) == "text")
     assert sorted(ref for ref, _ in rows_of(answer_call)) == [100, 101, 102]  # the relevant units
     assert sorted(r.citations["Sources"]) == [100, 101, 102] and r.usage["steps"]["answer"]["calls"] == 1
+
+
+def test_claims_that_restate_the_question_or_that_no_passage_says_are_dropped_and_counted(tmp_path):
+    # What the embedded 1.5B model returned on Operation Dulce: a subquery as a "claim", and a
+    # claim made of the question's words that its passage does not hold.
+    script = Script()
+
+    def respond(body):
+        if asked(body) == "Claims":
+            rows = rows_of(body)
+            ref, text = rows[0]
+            return {"claims": [
+                {"claim": "What happened to the harbor fishing boats?", "sources": [ref], "subquery": 1, "score": 95},
+                {"claim": "The story explores themes related to maritime disasters and coastal communities.",
+                 "sources": [ref], "subquery": 1, "score": 90},
+                {"claim": f"The harbor fishing boats: {text}", "sources": [ref], "subquery": 1, "score": 80}]}
+        return script(body)
+
+    q, llm = make(tmp_path, script, barren_communities=3)
+    llm.responder = respond
+    r = run(lazy_search(q, budget=100))
+    kept = [c["claim"] for c in r.stats["claims_used"]]
+    assert kept and all(c.startswith("The harbor fishing boats: ") for c in kept)
+    batches = r.stats["claim_calls"]
+    assert r.stats["claims_ungrounded"] == 2 * batches and r.stats["claims_dropped"] == 2 * batches
+    reduce = next(b for b in llm.requests if asked(b) == "text")
+    assert "maritime" not in last_user(reduce) and "?" not in last_user(reduce).split("Question:")[0]
+    # with the check off, the ungrounded statement is kept (a question never is)
+    q2, llm2 = make(tmp_path, script, barren_communities=3, claim_grounding=0)
+    llm2.responder = respond
+    r2 = run(lazy_search(q2, budget=100))
+    assert r2.stats["claims_ungrounded"] == batches
+    assert any("maritime" in c["claim"] for c in r2.stats["claims_used"])
+
+
+def test_claim_grounding_in_both_scripts():
+    from sensegraph.query.lazy_search import grounded
+
+    passage = "Jane Doe joined Acme Corp in Berlin in 2019 and now leads its research lab."
+    assert grounded("Jane Doe leads the research lab of Acme Corp.", passage, 0.5)
+    assert not grounded("Jane Doe leads the research lab of Acme Corp?", passage, 0.5)
+    assert not grounded("The text explores themes of leadership and ambition.", passage, 0.5)
+    assert grounded("孙悟空拜菩提祖师为师。", "猴王漂洋过海，拜菩提祖师为师，得名孙悟空。", 0.5)
+    assert not grounded("故事探讨了自由与命运的主题。", "猴王漂洋过海，拜菩提祖师为师，得名孙悟空。", 0.5)
 
 
 def test_claims_are_ranked_round_robin_over_communities(tmp_path):

@@ -63,7 +63,7 @@ from .answer import Query, QueryResult, each_batch, final_answer, no_answer, res
 from .citations import MAX_IDS, normalise
 from .context import Context, Section, chunks, pack
 from .data import list_ids
-from .passages import passage, vocabulary
+from .passages import passage, terms, vocabulary
 
 MAX_SUBQUERIES = 8  # LazySettings.subqueries allows at most this many
 MAX_BATCH = 24  # units per relevance-test call: the verdict list's maxItems
@@ -400,6 +400,21 @@ class Found:
     order: int
 
 
+def grounded(claim: str, cited: str, share: float) -> bool:
+    """Whether `claim` says something its cited passages say: not a question, and at least
+    `share` of its terms (passages.terms: words, or character pairs for Chinese) occur in them.
+    A small model's "claims" that restate the question or a subquery fail this; a paraphrase of
+    the passage passes, since it reuses the passage's names and words."""
+    if claim.rstrip().endswith(("?", "？")):
+        return False
+    if share <= 0:
+        return True
+    words = set(terms(claim))
+    if not words:
+        return False
+    return len(words & set(terms(cited))) >= share * len(words)
+
+
 async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
                          failures: list[str]) -> tuple[list[Found], list[Section], dict[str, int]]:
     """Claims from the relevant units, grouped by the community they were found in, each unit
@@ -416,7 +431,7 @@ async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
     shown = passage_rows(q, plan, rows, lazy.claim_tokens, lazy.snippet_tokens, windows=None)
     batches = list(chunks("Sources", shown, _batch_budget(q, plan)))
     n_subs = len(plan.subqueries)
-    counts = {"claims_dropped": 0}
+    counts = {"claims_dropped": 0, "claims_ungrounded": 0}
 
     async def one(i: int, section: Section) -> list[Found]:
         messages = q.render("lazy_claims", subqueries=plan.numbered(), context=section.text())
@@ -432,6 +447,11 @@ async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
                 sources = given  # one passage: nothing else it can rest on
             if not text or not sources:
                 counts["claims_dropped"] += 1  # a claim that names no passage of its batch is unchecked
+                continue
+            cited = " ".join(r.get("text") or "" for r in section.records if r["ref"] in sources)
+            if not grounded(text, cited, lazy.claim_grounding):
+                counts["claims_dropped"] += 1
+                counts["claims_ungrounded"] += 1
                 continue
             out.append(Found(text, sources, c.subquery if 1 <= c.subquery <= n_subs else 0,
                              max(0, min(100, c.score)), community_of.get(sources[0], ORPHANS), 0))
@@ -539,7 +559,8 @@ async def lazy_search(q: Query, budget: int | None = None) -> QueryResult:
         "relevant_communities": len({t.community for t in relevant}),
         "levels_reached": levels, "deepest_level": levels[-1] if levels else None, "stopped": search.stopped,
         "subqueries": plan.subqueries, "expanded_query": plan.expanded,
-        "claims": len(claims), "claims_dropped": counts["claims_dropped"], "claims_reduced": len(kept),
+        "claims": len(claims), "claims_dropped": counts["claims_dropped"],
+        "claims_ungrounded": counts["claims_ungrounded"], "claims_reduced": len(kept),
         "claim_calls": counts["claim_calls"], "reduce_calls": 1 if kept else 0,
         "answered_from": "claims" if kept else "sources" if fallback is not None else "nothing",
         "context_units": context.units, "context_tokens": context.tokens,
