@@ -31,6 +31,11 @@ DOCS = {f"d{i}.txt": f"Acme Corp hired Jane Doe{i} in Berlin. Jane Doe{i} met Jo
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 
 
+# Token authentication off for this throw-away local cluster, in the nodes and in this driver,
+# whatever a ~/.ray/auth_token left by another local run would make Ray choose.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
 def _ray(*args: str) -> None:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     subprocess.run([*RAY, *args], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

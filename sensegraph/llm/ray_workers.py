@@ -27,7 +27,9 @@ Requests of the embedded model cannot be sent to other nodes (it listens on 127.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
+import json
 from dataclasses import asdict
 from typing import Any
 
@@ -35,7 +37,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from ..config import ChatSettings, EmbeddingSettings, ModelSettings, Settings
-from .client import ChatClient
+from .client import ChatClient, strict_schema
 from .embeddings import Embedder
 from .transport import LLMError
 from .usage import StepUsage, Usage
@@ -43,6 +45,9 @@ from .usage import StepUsage, Usage
 
 class RayUnavailable(RuntimeError):
     pass
+
+
+UNKNOWN_SCHEMA = ("schema", "unknown", 0)  # a worker's answer when it lost its schemas (restarted)
 
 
 def shares(section: ModelSettings, workers: int) -> list[ModelSettings]:
@@ -82,14 +87,24 @@ class ModelWorker:
         self.chat = ChatClient(ChatSettings.model_validate_json(chat), cache=None)
         self.embedder = Embedder(EmbeddingSettings.model_validate_json(embedding), cache=None)
         self._tags = itertools.count()
+        # Response schemas by key, each sent once: unpickling a pydantic class builds it anew
+        # (~10 ms), which per call made a worker slower than the model it waits for.
+        self.schemas: dict[str, type[BaseModel]] = {}
 
     def pid(self) -> int:
         import os
 
         return os.getpid()
 
-    async def chat_call(self, messages: list[dict[str, str]], schema: type[BaseModel] | None, step: str, item: str,
-                        max_tokens: int, temperature: float | None) -> tuple[str | None, dict, tuple | None, dict]:
+    async def chat_call(self, messages: list[dict[str, str]], key: str | None, schema: type[BaseModel] | None,
+                        step: str, item: str, max_tokens: int,
+                        temperature: float | None) -> tuple[str | None, dict, tuple | None, dict]:
+        if key is not None:
+            if schema is not None:
+                self.schemas[key] = schema
+            elif key not in self.schemas:  # a restarted worker: the driver sends the schema again
+                return None, {}, UNKNOWN_SCHEMA, {}
+            schema = self.schemas[key]
         tag = f"{step}#{next(self._tags)}"
         error = None
         content = None
@@ -146,6 +161,8 @@ class RayWorkers:
         self.actors = [actor.remote(c.model_dump_json(), e.model_dump_json()) for c, e in zip(chats, embeds)]
         ray.get([a.pid.remote() for a in self.actors])  # up and running before the first call
         self._in_flight = [0] * count
+        self._sent: list[set[str]] = [set() for _ in range(count)]  # schema keys each worker holds
+        self._keys: dict[type[BaseModel], str] = {}
         self.endpoint_reports: dict[str, dict[int, dict]] = {"chat": {}, "embedding": {}}
 
     @property
@@ -159,10 +176,18 @@ class RayWorkers:
 
     async def chat(self, client: ChatClient, messages: list[dict[str, str]], *, schema: type[BaseModel] | None,
                    step: str, item: str, max_tokens: int, temperature: float | None) -> str:
+        key = self._key(schema)
         n = self._pick()
         try:
-            content, delta, error, report = await self.actors[n].chat_call.remote(
-                messages, schema, step, item, max_tokens, temperature)
+            while True:
+                send = schema if key is not None and key not in self._sent[n] else None
+                if send is not None:
+                    self._sent[n].add(key)  # type: ignore[arg-type]
+                content, delta, error, report = await self.actors[n].chat_call.remote(
+                    messages, key, send, step, item, max_tokens, temperature)
+                if error != UNKNOWN_SCHEMA:
+                    break
+                self._sent[n].clear()  # the worker restarted and lost them all
         finally:
             self._in_flight[n] -= 1
         self._account(client.usage, step, delta, chat=True)
@@ -170,6 +195,15 @@ class RayWorkers:
         if error is not None:
             raise LLMError(*error)
         return content
+
+    def _key(self, schema: type[BaseModel] | None) -> str | None:
+        """A schema's identity across processes: its name and JSON schema."""
+        if schema is None:
+            return None
+        if schema not in self._keys:
+            text = json.dumps(strict_schema(schema), sort_keys=True)
+            self._keys[schema] = f"{schema.__name__}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        return self._keys[schema]
 
     async def embed(self, embedder: Embedder, batch: list[str], *, step: str, number: int) -> np.ndarray:
         n = self._pick()
