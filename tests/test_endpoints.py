@@ -10,32 +10,18 @@ import socket
 import pytest
 from pydantic import BaseModel
 
-from mock_llm import start_mock_server
 from sensegraph.config import ChatSettings, EmbeddingSettings, SettingsError, load_settings
 from sensegraph.index.pipeline import run_index
 from sensegraph.llm import ChatClient, LLMError
 from sensegraph.llm import endpoints as endpoints_module
 from sensegraph.llm.cache import Cache
 from sensegraph.llm.embeddings import Embedder
+from test_llm_client import mock_server as servers  # noqa: F401 - the fixture: servers(**kw) starts one
 from test_pipeline import write_docs
 
 
 class Answer(BaseModel):
     answer: str
-
-
-@pytest.fixture
-def servers():
-    started = []
-
-    def start(**kwargs):
-        server = start_mock_server(**kwargs)
-        started.append(server)
-        return server
-
-    yield start
-    for s in started:
-        s.stop()
 
 
 def closed_port() -> str:
