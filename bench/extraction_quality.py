@@ -1,0 +1,176 @@
+"""Extraction quality on annotated documents: how much of the gold graph the model finds, how
+much of what it finds is real, and how fragmented the resulting graph is.
+
+Reads ../shared/data/redocred-test/test_revised.json (Re-DocRED test: 500 Wikipedia documents,
+every entity mention with its type, relations as head/tail/Wikidata id), draws --docs documents
+(seeded), one text unit each (~200 words), and runs sensegraph's own extraction step on them
+(prompts, settings and the configured chat model; the embedded 1.5B by default). Then, per
+document:
+
+- entity recall: gold entities (PER/ORG/LOC, and all types) with at least one mention matched
+  by an extracted entity name of that document;
+- precision: extracted names that match some gold mention (of any type);
+- relation recall: gold head–tail pairs (either direction) whose two entities were matched and
+  joined by an extracted relationship;
+
+and for the graph of all drawn documents (instances merged by name, as the index merges them,
+without description summaries): root communities per 100 entities and the share of entities
+with no relationship, the fragmentation hierarchical Leiden sees.
+
+A name matches a mention when they are equal after case folding, dropping punctuation and a
+leading article, or when one is a whole-word part of the other of at least 4 characters
+("Rihanna" in "Barbadian artist Rihanna"). Answers are cached in --workdir: a rerun is free.
+
+    python bench/extraction_quality.py                    # 30 documents, embedded 1.5B
+    python bench/extraction_quality.py --docs 5 --size 0.5b
+    python bench/extraction_quality.py --base-url http://127.0.0.1:8000/v1 --model mock   # any server
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from sensegraph.config import load_settings
+from sensegraph.index.communities import build_communities
+from sensegraph.index.extract import extract_graph
+from sensegraph.index.summarize import merge_instances
+from sensegraph.llm import open_cache, open_chat
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "redocred-test" / "test_revised.json"
+MAIN_TYPES = ("PER", "ORG", "LOC")
+_ARTICLE = re.compile(r"^(the|a|an)\s+")
+_NOT_WORD = re.compile(r"[^\w\s]")
+
+
+def detokenise(sents: list[list[str]]) -> str:
+    text = " ".join(" ".join(s) for s in sents)
+    text = re.sub(r"\s+([.,;:!?%)\]])", r"\1", text)
+    text = re.sub(r"([(\[])\s+", r"\1", text)
+    return re.sub(r"\s+(['’]s)\b", r"\1", text).replace(" - ", "-")
+
+
+def norm(name: str) -> str:
+    name = _NOT_WORD.sub(" ", name.casefold())
+    return _ARTICLE.sub("", " ".join(name.split()))
+
+
+def matches(extracted: str, mention: str) -> bool:
+    a, b = norm(extracted), norm(mention)
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return len(short) >= 4 and f" {short} " in f" {long} "
+
+
+def load(docs: int, seed: int) -> list[dict]:
+    corpus = json.loads(DATA.read_text())
+    return random.Random(seed).sample(corpus, docs)
+
+
+def score(doc: dict, names: list[str], pairs: set[frozenset[str]]) -> dict[str, float | int]:
+    """Counts for one document: gold entities found (main types / all), extracted names that
+    are real, gold relation pairs found."""
+    gold = doc["vertexSet"]
+    found = [any(matches(n, m["name"]) for n in names for m in entity) for entity in gold]
+    main = [f for f, entity in zip(found, gold) if entity[0]["type"] in MAIN_TYPES]
+    real = [n for n in names if any(matches(n, m["name"]) for entity in gold for m in entity)]
+    # the extracted names standing for each gold entity
+    standing = [{n for n in names if any(matches(n, m["name"]) for m in entity)} for entity in gold]
+    gold_pairs = {frozenset((r["h"], r["t"])) for r in doc["labels"] if r["h"] != r["t"]}
+    joined = 0
+    for pair in gold_pairs:
+        h, t = tuple(pair)
+        if any(frozenset((a, b)) in pairs for a in standing[h] for b in standing[t]):
+            joined += 1
+    return {"gold_main": len(main), "found_main": sum(main), "gold_all": len(gold), "found_all": sum(found),
+            "extracted": len(names), "real": len(real), "gold_pairs": len(gold_pairs), "found_pairs": joined}
+
+
+def graph_shape(extraction) -> dict[str, float]:
+    merged = merge_instances(extraction)
+    entities = pd.DataFrame([{"id": k, "human_readable_id": n, "title": e.title, "text_unit_ids": e.text_unit_ids}
+                             for n, (k, e) in enumerate(merged.entities.items())])
+    title = {k: e.title for k, e in merged.entities.items()}
+    relationships = pd.DataFrame([{"id": f"r{n}", "human_readable_id": n, "source": title[a], "target": title[b],
+                                   "weight": r.weight, "text_unit_ids": r.text_unit_ids}
+                                  for n, ((a, b), r) in enumerate(merged.relationships.items())],
+                                 columns=["id", "human_readable_id", "source", "target", "weight", "text_unit_ids"])
+    if entities.empty:
+        return {"entities": 0, "roots_per_100": 0.0, "singletons": 0.0}
+    comms = build_communities(entities, relationships, max_cluster_size=10, seed=0xDEADBEEF)
+    linked = set(relationships["source"]) | set(relationships["target"])
+    roots = int((comms["level"] == 0).sum()) if len(comms) else 0
+    unclustered = sum(1 for t in entities["title"] if t not in linked)  # Leiden leaves them out
+    return {"entities": len(entities), "roots_per_100": 100 * (roots + unclustered) / len(entities),
+            "singletons": unclustered / len(entities)}
+
+
+async def extract(settings, units: pd.DataFrame):
+    cache = open_cache(settings)
+    llm = open_chat(settings, cache=cache)
+    try:
+        return await extract_graph(units, llm, settings=settings, language="en"), llm.usage
+    finally:
+        await llm.aclose()
+        if cache is not None:
+            cache.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--docs", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--size", choices=["1.5b", "0.5b"], default="1.5b", help="the embedded chat model")
+    ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server instead of the embedded model")
+    ap.add_argument("--model", default="", help="its model name")
+    ap.add_argument("--prompts", default=None, help="a project folder whose prompts/ (e.g. from prompt-tune) to use")
+    ap.add_argument("--workdir", default="/tmp/sensegraph-redocred")
+    args = ap.parse_args()
+    docs = load(args.docs, args.seed)
+    root = Path(args.prompts) if args.prompts else Path(args.workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    chat = ({"provider": "openai", "base_url": args.base_url, "model": args.model or "model", "api_key": "none"}
+            if args.base_url else {})
+    settings = load_settings(root, overrides={"local": {"size": args.size}, "chat": chat,
+                                              "cache": {"dir": str(Path(args.workdir) / "cache")}}, env={})
+    units = pd.DataFrame({"id": [f"doc{i}" for i in range(len(docs))], "text": [detokenise(d["sents"]) for d in docs]})
+    t0 = time.perf_counter()
+    extraction, usage = asyncio.run(extract(settings, units))
+    seconds = time.perf_counter() - t0
+    ents, rels = extraction.entities, extraction.relationships
+    total: Counter = Counter()
+    for i, doc in enumerate(docs):
+        unit = f"doc{i}"
+        names = sorted(set(ents.loc[ents["text_unit_id"] == unit, "title"].astype(str)))
+        mine = rels[rels["text_unit_id"] == unit]
+        pairs = {frozenset((str(s), str(t))) for s, t in zip(mine["source"], mine["target"])}
+        total.update(score(doc, names, pairs))
+    shape = graph_shape(extraction)
+    model = f"{args.model} at {args.base_url}" if args.base_url else f"embedded {args.size}"
+    calls = usage.total()
+    print(f"Re-DocRED test, {len(docs)} documents (seed {args.seed}), {model}; {calls.calls} calls "
+          f"(+{calls.cache_hits} cached), {seconds:.0f} s; failed units: {len(extraction.failed)}")
+    print(f"  entity recall PER/ORG/LOC  {total['found_main'] / max(1, total['gold_main']):.2f}  "
+          f"({total['found_main']}/{total['gold_main']})")
+    print(f"  entity recall, all types   {total['found_all'] / max(1, total['gold_all']):.2f}  "
+          f"({total['found_all']}/{total['gold_all']})")
+    print(f"  precision                  {total['real'] / max(1, total['extracted']):.2f}  "
+          f"({total['real']}/{total['extracted']} extracted names match a gold mention)")
+    print(f"  relation recall            {total['found_pairs'] / max(1, total['gold_pairs']):.2f}  "
+          f"({total['found_pairs']}/{total['gold_pairs']} gold pairs joined)")
+    print(f"  graph: {shape['entities']} entities, {shape['roots_per_100']:.1f} root communities per 100 "
+          f"entities, {shape['singletons']:.2f} without a relationship")
+
+
+if __name__ == "__main__":
+    main()
