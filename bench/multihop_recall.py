@@ -35,6 +35,8 @@ import random
 import time
 from pathlib import Path
 
+import yaml
+
 from sensegraph.config import load_settings
 from sensegraph.index.pipeline import run_index
 from sensegraph.llm import open_chat
@@ -79,7 +81,12 @@ def project(args: argparse.Namespace, questions: list[dict]):
         # a context wide enough that Sources holds more than the largest k
         "query:\n  context_tokens: 8000\n"
         f"lazy:\n  budget: {args.budget}\n  tester: {args.tester}\n")
-    return load_settings(workdir, env={})
+    overrides: dict = {}
+    for item in args.set:  # section.key=value, e.g. reports.max_tokens=500 (not part of the folder name)
+        key, value = item.split("=", 1)
+        section, field = key.split(".", 1)
+        overrides.setdefault(section, {})[field] = yaml.safe_load(value)
+    return load_settings(workdir, overrides=overrides or None, env={})
 
 
 async def measure(settings, questions: list[dict], ks: list[int], lazy: bool) -> dict:
@@ -136,6 +143,8 @@ def main() -> None:
     ap.add_argument("--max-items", type=int, default=None,
                     help="extraction.max_entities and max_relationships (a ~100-token passage needs few; "
                          "fewer means shorter answers from a small model)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="any other setting, e.g. reports.max_tokens=500 (steps it does not touch stay cached)")
     ap.add_argument("--lazy", action="store_true", help="also measure lazy search (chat calls for subqueries)")
     ap.add_argument("--budget", type=int, default=100, help="lazy search's relevance tests per question")
     ap.add_argument("--tester", choices=["auto", "chat", "embedding"], default="auto")
