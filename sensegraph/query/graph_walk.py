@@ -135,6 +135,16 @@ def pagerank(graph: WalkGraph, restart: np.ndarray, damping: float) -> np.ndarra
     return scores
 
 
+def _similarity(ids: list[str], vectors, query_vector) -> np.ndarray:
+    """Cosine similarity of each of `ids` to the query (-1 where a row has no vector)."""
+    row = {x: i for i, x in enumerate(ids)}
+    out = np.full(len(ids), -1.0)
+    keep = [i for i, x in enumerate(vectors.ids) if x in row]
+    if keep:
+        out[[row[vectors.ids[i]] for i in keep]] = (vectors.vectors @ np.asarray(query_vector, np.float32))[keep]
+    return out
+
+
 def _scaled(similarity: np.ndarray, k: int) -> dict[int, float]:
     """The `k` most similar rows, weighted into (0, 1]: 1 for the best, falling linearly to just
     above 0 at the first row left out (embedding similarities are compressed, e5's mostly within a
@@ -176,12 +186,9 @@ async def walk(q: Query, text: str) -> Walk:
     named = named_entities(q.index.entities, text)
     query_vector = (await q.embedder.embed([text], kind="query", step="embed"))[0]
 
-    vectors = await q.index.vectors("entities", q.embedder, q.log)
-    row = {e: i for i, e in enumerate(graph.entity_ids)}
-    similarity = np.full(n_entities, -1.0)
-    keep = [i for i, e in enumerate(vectors.ids) if e in row]
-    similarity[[row[vectors.ids[i]] for i in keep]] = (vectors.vectors @ np.asarray(query_vector, np.float32))[keep]
+    similarity = _similarity(graph.entity_ids, await q.index.vectors("entities", q.embedder, q.log), query_vector)
     entity_weight = _scaled(similarity, s.top_entities)
+    row = {e: i for i, e in enumerate(graph.entity_ids)}
     for e in named:
         entity_weight[row[e]] = 1.0
     for i, weight in entity_weight.items():
@@ -191,11 +198,7 @@ async def walk(q: Query, text: str) -> Walk:
 
     if s.walk_unit_weight > 0 and graph.unit_ids:
         vectors = await q.index.vectors("text_units", q.embedder, q.log)
-        row = {u: i for i, u in enumerate(graph.unit_ids)}
-        similarity = np.full(len(graph.unit_ids), -1.0)
-        keep = [i for i, u in enumerate(vectors.ids) if u in row]
-        similarity[[row[vectors.ids[i]] for i in keep]] = (vectors.vectors @ np.asarray(query_vector, np.float32))[keep]
-        nearest = _scaled(similarity, s.walk_seed_units)
+        nearest = _scaled(_similarity(graph.unit_ids, vectors, query_vector), s.walk_seed_units)
         total = sum(nearest.values())
         for i, weight in nearest.items():
             restart[n_entities + i] = s.walk_unit_weight * weight / total
