@@ -24,6 +24,11 @@ leading article, or when one is a whole-word part of the other of at least 4 cha
     python bench/extraction_quality.py                    # 30 documents, embedded 1.5B
     python bench/extraction_quality.py --docs 5 --size 0.5b
     python bench/extraction_quality.py --base-url http://127.0.0.1:8000/v1 --model mock   # any server
+    python bench/extraction_quality.py --chinese          # chapter 1 of Journey to the West
+
+--chinese measures chapter 1 of ../shared/data/xiyouji-ch01-07.txt against a gold list of its
+main people and places written for this bench (bench/data/xiyouji_ch01_gold.json): recall, and
+the extracted "names" that are clauses (over 8 characters, or holding sentence punctuation).
 """
 from __future__ import annotations
 
@@ -126,6 +131,51 @@ async def extract(settings, units: pd.DataFrame):
             cache.close()
 
 
+XIYOUJI = DATA.parents[1] / "xiyouji-ch01-07.txt"
+CHINESE_GOLD = Path(__file__).resolve().parent / "data" / "xiyouji_ch01_gold.json"
+# A Chinese "entity" this long, or holding sentence punctuation, is a clause, not a name.
+CLAUSE_CHARS = 8
+_CLAUSE_PUNCTUATION = re.compile(r"[，。；：！？、“”]")
+
+
+def chinese(settings) -> None:
+    """Chapter 1 of Journey to the West against bench/data/xiyouji_ch01_gold.json: recall of
+    its people and places (an extracted name matches when it holds a name or alias, or is held
+    by one, of at least 2 characters), and the names that are clauses."""
+    from sensegraph.index.text_units import make_text_units
+
+    text = XIYOUJI.read_text(encoding="utf-8")
+    chapter = text[:text.index("第二回")]
+    docs = pd.DataFrame({"id": ["ch01"], "title": ["第一回"], "text": [chapter]})
+    units = make_text_units(docs, size=settings.chunks.size, overlap=settings.chunks.overlap)
+    gold = json.loads(CHINESE_GOLD.read_text(encoding="utf-8"))["entities"]
+    t0 = time.perf_counter()
+    cache = open_cache(settings)
+    llm = open_chat(settings, cache=cache)
+
+    async def run():
+        try:
+            return await extract_graph(units, llm, settings=settings, language="zh")
+        finally:
+            await llm.aclose()
+
+    extraction = asyncio.run(run())
+    if cache is not None:
+        cache.close()
+    names = sorted(set(extraction.entities["title"].astype(str)))
+    found = [e for e in gold if any(len(a) >= 2 and (a in n or n in a) and len(n) >= 2
+                                    for a in [e["name"], *e["aliases"]] for n in names)]
+    clauses = [n for n in names if len(n) > CLAUSE_CHARS or _CLAUSE_PUNCTUATION.search(n)]
+    real = [n for n in names if any(len(n) >= 2 and (a in n or n in a) for e in gold for a in [e["name"], *e["aliases"]])]
+    calls = llm.usage.total()
+    print(f"Journey to the West, chapter 1: {len(units)} text units, {calls.calls} calls (+{calls.cache_hits} cached), "
+          f"{time.perf_counter() - t0:.0f} s; failed units: {len(extraction.failed)}")
+    print(f"  recall of the gold list   {len(found) / len(gold):.2f}  ({len(found)}/{len(gold)}); "
+          f"missed: {', '.join(e['name'] for e in gold if e not in found) or 'none'}")
+    print(f"  names on the gold list    {len(real)}/{len(names)} extracted names")
+    print(f"  clause-like names         {len(clauses)}" + (f": {', '.join(clauses[:8])}" if clauses else ""))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=30)
@@ -135,6 +185,7 @@ def main() -> None:
     ap.add_argument("--model", default="", help="its model name")
     ap.add_argument("--prompts", default=None, help="a project folder whose prompts/ (e.g. from prompt-tune) to use")
     ap.add_argument("--workdir", default="/tmp/sensegraph-redocred")
+    ap.add_argument("--chinese", action="store_true", help="chapter 1 of Journey to the West against our gold list instead")
     args = ap.parse_args()
     docs = load(args.docs, args.seed)
     root = Path(args.prompts) if args.prompts else Path(args.workdir)
@@ -143,6 +194,9 @@ def main() -> None:
             if args.base_url else {})
     settings = load_settings(root, overrides={"local": {"size": args.size}, "chat": chat,
                                               "cache": {"dir": str(Path(args.workdir) / "cache")}}, env={})
+    if args.chinese:
+        chinese(settings)
+        return
     units = pd.DataFrame({"id": [f"doc{i}" for i in range(len(docs))], "text": [detokenise(d["sents"]) for d in docs]})
     t0 = time.perf_counter()
     extraction, usage = asyncio.run(extract(settings, units))
