@@ -114,10 +114,11 @@ def graph_shape(extraction) -> dict[str, float]:
         return {"entities": 0, "roots_per_100": 0.0, "singletons": 0.0}
     comms = build_communities(entities, relationships, max_cluster_size=10, seed=0xDEADBEEF)
     linked = set(relationships["source"]) | set(relationships["target"])
+    # an entity without a relationship is a root community of its own (communities.py)
     roots = int((comms["level"] == 0).sum()) if len(comms) else 0
-    unclustered = sum(1 for t in entities["title"] if t not in linked)  # Leiden leaves them out
-    return {"entities": len(entities), "roots_per_100": 100 * (roots + unclustered) / len(entities),
-            "singletons": unclustered / len(entities)}
+    unlinked = sum(1 for t in entities["title"] if t not in linked)
+    return {"entities": len(entities), "roots_per_100": 100 * roots / len(entities),
+            "singletons": unlinked / len(entities)}
 
 
 async def extract(settings, units: pd.DataFrame):
