@@ -146,12 +146,6 @@ async def _models(settings: Settings, cache: bool | None):
     llm = open_chat(settings, cache=answer_cache, usage=usage)
     embedder = open_embedder(settings, cache=answer_cache, usage=usage)
     workers = None
-    if settings.ray.address:  # the uncached calls go to the cluster's workers; the rest stays here
-        from ..llm.ray_workers import RayWorkers
-
-        workers = RayWorkers(settings, settings.ray.address, settings.ray.workers)  # blocks while it connects
-        llm.workers = embedder.workers = workers
-        usage.pools = {"chat": workers.pool("chat"), "embedding": workers.pool("embedding")}
     tasks: list[asyncio.Task] = []
 
     def background(task: asyncio.Task | None) -> asyncio.Task | None:
@@ -159,6 +153,12 @@ async def _models(settings: Settings, cache: bool | None):
             tasks.append(task)
         return task
     try:
+        if settings.ray.address:  # the uncached calls go to the cluster's workers; the rest stays here
+            from ..llm.ray_workers import RayWorkers
+
+            workers = RayWorkers(settings, settings.ray.address, settings.ray.workers)  # blocks while it connects
+            llm.workers = embedder.workers = workers
+            usage.pools = {"chat": workers.pool("chat"), "embedding": workers.pool("embedding")}
         yield usage, llm, embedder, background
     finally:
         for task in tasks:
