@@ -42,13 +42,14 @@ async def match_entities(q: Query, text: str) -> list[str]:
     return out[:top]
 
 
-def _relationships(q: Query, titles: list[str], walked: dict[str, float] | None = None) -> list[pd.Series]:
-    """Relationships of the matched entities: those between two of them first, then those
-    leaving the set; within each, by the walk score of their ends when there was a walk
-    (`walked`: title -> score), else the better connected first."""
+def _relationships(q: Query, titles: list[str], walked: dict[str, float] | None = None) -> pd.DataFrame:
+    """Relationships of the matched entities, in packing order: those between two of them
+    first, then those leaving the set; within each, by the walk score of their ends when there
+    was a walk (`walked`: title -> score), else the better connected first. A table, so that
+    packing turns into rows only the few that fit (a hub entity has thousands)."""
     rels = q.index.relationships
     if rels.empty:
-        return []
+        return rels
     wanted = set(titles)
     src, tgt = rels["source"].isin(wanted), rels["target"].isin(wanted)
     rels = rels.assign(_walk=rels["source"].map(walked).fillna(0) + rels["target"].map(walked).fillna(0)
@@ -57,7 +58,7 @@ def _relationships(q: Query, titles: list[str], walked: dict[str, float] | None 
     order = ["_walk", weight_col, "weight"]
     inside = rels[src & tgt].sort_values(order, ascending=False, kind="stable")
     outside = rels[src ^ tgt].sort_values(order, ascending=False, kind="stable")
-    return [r.drop("_walk") for _, r in inside.iterrows()] + [r.drop("_walk") for _, r in outside.iterrows()]
+    return pd.concat([inside, outside]).drop(columns="_walk")
 
 
 def _reports(q: Query, entity_ids: list[str]) -> list[pd.Series]:
@@ -112,17 +113,17 @@ async def local_context(q: Query, text: str) -> Context:
     graph_budget = int(budget * (1 - s.text_unit_share - s.community_share))
     entities = pack("Entities", (r for _, r in entity_rows.iterrows()), graph_budget)
     graph_budget -= entities.tokens
-    relationship_rows = _relationships(q, titles, walked)
-    relationships = pack("Relationships", relationship_rows, graph_budget, truncate_first=False)
+    ordered = _relationships(q, titles, walked)
+    relationships = pack("Relationships", (r for _, r in ordered.iterrows()), graph_budget, truncate_first=False)
     graph_budget -= relationships.tokens
     claims_df = q.index.claims
     claim_rows = [r for _, r in claims_df[claims_df["subject_id"].isin(titles)].iterrows()] if len(claims_df) else []
     claims = pack("Claims", claim_rows, graph_budget, truncate_first=False)
 
     spent = reports.tokens + entities.tokens + relationships.tokens + claims.tokens
-    used_relationships = relationship_rows[:len(relationships)]
+    used_relationships = [r for _, r in ordered.head(len(relationships)).iterrows()]
     units = (_text_units(q, entity_rows, used_relationships) if unit_order is None
-             else [r for _, r in q.index.rows_by("text_units", "id", unit_order).iterrows()])
+             else (r for _, r in q.index.rows_by("text_units", "id", unit_order).iterrows()))  # lazily: few fit
     sources = pack("Sources", units, budget - spent)
     return Context([reports, entities, relationships, claims, sources])
 
