@@ -395,3 +395,33 @@ def test_embedded_server_gets_no_more_units_in_progress_than_slots(tmp_path):
     fake = InFlight()
     run(extract_graph(units(*texts), fake, settings=hosted, language="en"))
     assert fake.peak == 6  # a hosted server queues and caches on its own: every unit starts at once
+
+
+def test_few_shot_example_names_never_enter_the_graph_unless_the_text_holds_them(tmp_path):
+    # A small model copies the example answer of the prompt (examples_graph.txt: Harbor
+    # Logistics, Anna de Vries, Rotterdam ...) into its own.
+    def respond(body):
+        if schema_name(body) == "ExtractedGraph":
+            return {"entities": [ent("Anna de Vries"), ent("Harbor Logistics", "organization"), ent("Rotterdam", "geo"),
+                                 ent("Maria Okafor")],
+                    "relationships": [rel("Anna de Vries", "Harbor Logistics"), rel("Maria Okafor", "Rotterdam"),
+                                      rel("Maria Okafor", "Anna de Vries")]}
+        return {"missed": False}
+
+    llm = ScriptedLLM(respond)
+    result = run(extract_graph(units("Maria Okafor moved to Rotterdam in May."), llm.client(),
+                               settings=settings(tmp_path, max_gleanings=0), language="en"))
+    # Rotterdam is in the examples, and in this text too: it stays
+    assert result.entities["title"].tolist() == ["Rotterdam", "Maria Okafor"]
+    assert result.relationships[["source", "target"]].values.tolist() == [["Maria Okafor", "Rotterdam"]]
+    assert result.stats["example_leaks"] == 4  # two entities, two relationships naming them
+
+
+def test_example_names_are_read_from_the_projects_own_examples(tmp_path):
+    from sensegraph.index.extract import example_names
+
+    for language in ("en", "zh"):
+        names = example_names(load_prompt("examples_graph", language))
+        assert len(names) >= 5
+    assert "anna de vries" in example_names(load_prompt("examples_graph", "en"))
+    assert "陈静" in example_names(load_prompt("examples_graph", "zh"))

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import difflib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -238,12 +239,30 @@ async def _glean(
     return answers, True
 
 
+_EXAMPLE_NAME = re.compile(r'"(?:name|source|target)"\s*:\s*"([^"]+)"')
+
+
+def example_names(examples: str) -> set[str]:
+    """The names (normalised) the few-shot examples use, as written in their answers."""
+    return {normalize_name(n) for n in _EXAMPLE_NAME.findall(examples)}
+
+
+def _leaked(name: str, text: str, examples: set[str]) -> bool:
+    """Whether `name` is one of the few-shot examples' names that the unit's text does not hold:
+    small models copy the example answer ("Harbor Logistics", "Anna de Vries") into theirs."""
+    key = normalize_name(name)
+    return key in examples and key not in normalize_name(text)
+
+
 def _entity_rows(answer: BaseModel, unit_id: str, rnd: int, out: _UnitResult, counts: dict[str, int],
-                 map_type: Callable[[str], tuple[str, str]]) -> None:
+                 map_type: Callable[[str], tuple[str, str]], text: str, examples: frozenset[str]) -> None:
     for e in answer.entities:  # type: ignore[attr-defined]
         name = clean_name(e.name)
         if not name:
             counts["empty_names"] += 1
+            continue
+        if examples and _leaked(name, text, examples):
+            counts["example_leaks"] += 1
             continue
         typ, how = map_type(e.type)
         if how == "mapped":
@@ -259,6 +278,9 @@ def _entity_rows(answer: BaseModel, unit_id: str, rnd: int, out: _UnitResult, co
             continue
         if normalize_name(source) == normalize_name(target):
             counts["self_loops"] += 1
+            continue
+        if examples and (_leaked(source, text, examples) or _leaked(target, text, examples)):
+            counts["example_leaks"] += 1
             continue
         out.relationships.append({"source": source, "target": target, "description": r.description.strip(),
                                   "strength": min(10, max(1, int(r.strength))), "text_unit_id": unit_id,
@@ -299,8 +321,9 @@ async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Sett
     if not complete:
         # The records already received are kept; the unit is reported as incomplete.
         out.failed = out.gleaning_failed = True
+    leaks = frozenset(example_names(prompts["examples_graph"]))
     for rnd, answer in enumerate(answers):
-        _entity_rows(answer, unit_id, rnd, out, counts, map_type)
+        _entity_rows(answer, unit_id, rnd, out, counts, map_type, text, leaks)
     out.gleaned = len(answers) - 1
 
     if ex.claims:
@@ -346,7 +369,7 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
     ex = settings.extraction
     schema = graph_schema(ex.entity_types, ex.max_entities, ex.max_relationships)
     map_type = type_mapper(ex.entity_types)
-    counts = {"self_loops": 0, "empty_names": 0, "types_mapped": 0, "types_to_catch_all": 0}
+    counts = {"self_loops": 0, "empty_names": 0, "types_mapped": 0, "types_to_catch_all": 0, "example_leaks": 0}
 
     # The embedded llama.cpp server keeps each slot's last prompt cached, and a unit's gleaning
     # calls repeat its extraction prompt and answer. With no more units in progress than the
@@ -388,6 +411,8 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
             "units_partial": sum(1 for r in results if r.failed and (r.entities or r.relationships or r.claims)),
             "types_mapped": counts["types_mapped"],
             "types_to_catch_all": counts["types_to_catch_all"],
+            # records naming a few-shot example's entity that the unit's text does not hold
+            "example_leaks": counts["example_leaks"],
         },
     )
 
