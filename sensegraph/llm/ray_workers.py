@@ -55,9 +55,11 @@ def shares(section: ModelSettings, workers: int) -> list[ModelSettings]:
     endpoints, workers share an endpoint and split its concurrency (at least 1 each), so the
     cluster as a whole keeps each server's limit; with fewer, a worker gets several endpoints."""
     servers = section.endpoints or []
-    if not servers:  # one server: every worker talks to it, with an equal part of its concurrency
-        per = max(1, section.concurrency // workers)
-        return [section.model_copy(update={"concurrency": per}) for _ in range(workers)]
+    if not servers:  # one server: every worker talks to it, with an equal part of its limits
+        part = {"concurrency": max(1, section.concurrency // workers),
+                "requests_per_minute": _split(None, section.requests_per_minute, workers),
+                "tokens_per_minute": _split(None, section.tokens_per_minute, workers)}
+        return [section.model_copy(update=part) for _ in range(workers)]
     out = []
     for w in range(workers):
         mine = [e for n, e in enumerate(servers) if n % workers == w % len(servers)] if workers >= len(servers) \
