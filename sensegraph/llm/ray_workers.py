@@ -192,11 +192,7 @@ class RayWorkers:
                 self._sent[n].clear()  # the worker restarted and lost them all
         finally:
             self._in_flight[n] -= 1
-        self._account(client.usage, step, delta, chat=True)
-        self.endpoint_reports["chat"][n] = report
-        if error is not None:
-            raise LLMError(*error)
-        return content
+        return self._returned(client.usage, "chat", step, n, content, delta, error, report)
 
     def _key(self, schema: type[BaseModel] | None) -> str | None:
         """A schema's identity across processes: its name and JSON schema."""
@@ -213,21 +209,23 @@ class RayWorkers:
             vectors, delta, error, report = await self.actors[n].embed_call.remote(batch, step, number)
         finally:
             self._in_flight[n] -= 1
-        self._account(embedder.usage, step, delta, chat=False)
-        self.endpoint_reports["embedding"][n] = report
-        if error is not None:
-            raise LLMError(*error)
-        return np.asarray(vectors, dtype=np.float32)
+        return np.asarray(self._returned(embedder.usage, "embedding", step, n, vectors, delta, error, report),
+                          dtype=np.float32)
 
-    @staticmethod
-    def _account(usage: Usage, step: str, delta: dict, *, chat: bool) -> None:
-        """Add a worker's usage of one call to the driver's. Chat tokens go through add_chat, so
-        the spending budget sees them; embedding tokens are counts like the rest."""
+    def _returned(self, usage: Usage, kind: str, step: str, n: int, answer: Any, delta: dict,
+                  error: tuple | None, report: dict) -> Any:
+        """What a worker's call gave: its usage added to the driver's (chat tokens through
+        add_chat, so the spending budget sees them), its endpoints' counts kept for stats, and
+        the answer, or the LLMError it ended in."""
         use = StepUsage(**delta)
-        if chat:
+        if kind == "chat":
             usage.add_chat(step, use.prompt_tokens, use.completion_tokens, use.cached_prompt_tokens)
             use.prompt_tokens = use.completion_tokens = use.cached_prompt_tokens = 0
         usage.step(step).add(use)
+        self.endpoint_reports[kind][n] = report
+        if error is not None:
+            raise LLMError(*error)
+        return answer
 
     def pool(self, kind: str) -> "WorkerEndpoints":
         """What Usage.endpoint_report() reads for `kind` ("chat" or "embedding") in a Ray run."""
