@@ -13,6 +13,7 @@ from .eval import eval_group
 from .export import export_command
 from .index import index_command, resolve_command, update_command
 from .project import demo_command, init_command
+from .prompt_tune import prompt_tune_command
 from .query import query_command
 from .serve import serve_command
 
@@ -26,6 +27,7 @@ def main() -> None:
     Typical use:
       sensegraph init --root myproject      # settings.yaml, .env, input/, prompts/
       cp *.txt myproject/input/
+      sensegraph prompt-tune --root myproject  # optional: entity types and examples from your corpus
       sensegraph index --root myproject     # build the graph index
       sensegraph doctor --root myproject    # check the configured models
       sensegraph query "What are the main themes?" --root myproject
@@ -34,8 +36,8 @@ def main() -> None:
     """
 
 
-for _command in (init_command, doctor_command, index_command, update_command, resolve_command, export_command,
-                 query_command, demo_command, serve_command, eval_group):
+for _command in (init_command, prompt_tune_command, doctor_command, index_command, update_command, resolve_command,
+                 export_command, query_command, demo_command, serve_command, eval_group):
     main.add_command(_command)
 
 __all__ = ["main", "BUDGET_EXIT", "console", "out"]

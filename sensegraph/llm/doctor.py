@@ -200,13 +200,14 @@ async def run_doctor(settings: Settings) -> list[Check]:
 PREFLIGHT_TIMEOUT = 30.0
 
 
-async def preflight(settings: Settings) -> list[str]:
+async def preflight(settings: Settings, sections: tuple[str, ...] = ("chat", "embedding")) -> list[str]:
     """One sentence per configured remote endpoint that cannot work (unreachable, key refused,
     unknown model); empty if all look usable. Costs nothing when the server lists the model
     (GET /models); otherwise one tiny request tells whether the model name is known. Transient
-    errors (429, 5xx) pass: the index's own retries deal with them."""
+    errors (429, 5xx) pass: the index's own retries deal with them. `sections`: the models the
+    command will use (`prompt-tune` needs only the chat model)."""
     problems = []
-    for section in ("chat", "embedding"):
+    for section in sections:
         m: ModelSettings = getattr(settings, section)
         if m.provider != "openai":
             continue  # the embedded models are checked when they start

@@ -1,0 +1,571 @@
+"""`sensegraph prompt-tune`: extraction prompts adapted to the user's corpus.
+
+From a seeded sample of the project's text units (spread over its documents), one chat call
+proposes the corpus's domain and entity types; then a few calls each extract entities and
+relationships from one real sampled passage with those types, and the answers become the
+few-shot examples of `examples_graph.txt`, in the corpus language. What the model answers is
+checked in code before it is written: types are cleaned, deduplicated and capped (servers may
+ignore maxItems), and an example entity whose name is not written in its passage is dropped,
+with the relationships that used it. The result is a plan (a diff per file); nothing is written
+until `write_changes`.
+
+Every call goes through the one chat client with the answer cache, and the sample and prompts
+are a function of the input alone, so a rerun costs no call. The examples keep the exact
+format of the packaged file (the extraction step reads the example names back from it to
+filter leaked example names from its output).
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import difflib
+import json
+import os
+import random
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from pydantic import BaseModel, Field
+
+from .config import SETTINGS_FILE, Settings
+from .index import documents, text_units
+from .index.estimate import RATIOS
+from .index.extract import clean_name, graph_schema, normalize_name, type_mapper
+from .language import resolve_language
+from .llm import BudgetReached, ChatClient, LLMError
+from .prompts import PACKAGE_DIR, load_prompt, render, to_messages
+from .tokens import count_tokens, truncate
+
+DEFAULT_SAMPLE = 8  # text units the proposal call reads
+DEFAULT_EXAMPLES = 2  # few-shot examples written (each one lengthens every extraction prompt)
+SEED = 0
+MAX_TYPES = 8
+PROPOSE_MAX_TOKENS = 400
+# The sampled passages of the proposal call together; an embedded model's slot caps it lower.
+SAMPLE_TOKENS = 3000
+# An example's passage: long enough to hold several names, short because the examples are
+# repeated in every extraction call (the packaged example is ~60 tokens of text, ~550 in all).
+EXAMPLE_TOKENS = 200
+EXAMPLE_MAX_TOKENS = 1500
+EXAMPLE_MAX_ENTITIES = 12
+EXAMPLE_MAX_RELATIONSHIPS = 15
+MIN_EXAMPLE_ENTITIES = 2  # an example with fewer grounded entities teaches little; another passage is tried
+# Types that carry no meaning: what a small model answers when it has no better idea.
+GENERIC_TYPES = {"unknown", "entity", "entities", "thing", "things", "none", "misc", "n_a", "na", "other_entity"}
+EXAMPLE_LABELS = {"en": ("Example text:", "Answer:"), "zh": ("示例文本：", "回答：")}
+# A line of our own at the top of extract_graph.txt; a rerun replaces it rather than adding another.
+DOMAIN_LINES = {"en": "Domain of the documents: {domain}.", "zh": "文档领域：{domain}。"}
+STEP_TYPES, STEP_EXAMPLES = "tune_types", "tune_examples"
+
+
+class TuneError(ValueError):
+    """The model's answers gave nothing usable (no type, no grounded example); nothing is written."""
+
+
+class TypeProposal(BaseModel):
+    domain: str
+    entity_types: list[str] = Field(max_length=MAX_TYPES)
+
+
+@dataclass
+class Sample:
+    units: pd.DataFrame  # id, text, document_id, n_tokens, chunk_index: the sampled units, in sampling order
+    language: str
+    documents: int
+    text_units: int
+
+
+@dataclass
+class Example:
+    unit_id: str
+    text: str  # the passage as shown in the example (trimmed)
+    entities: list[dict[str, Any]]
+    relationships: list[dict[str, Any]]
+    dropped: Counter = field(default_factory=Counter)  # why records of the answer were not kept
+
+
+@dataclass
+class FileChange:
+    path: Path
+    label: str  # relative to the project root
+    old: str  # the text in effect today ("" for a new file)
+    new: str
+    old_source: str  # where `old` comes from: the project's file, the packaged prompt, or nothing
+
+    def diff(self) -> str:
+        before = f"a/{self.label}" if self.old_source == "project" else (
+            f"{self.label} (packaged default)" if self.old_source == "packaged" else "/dev/null")
+        return "".join(difflib.unified_diff(self.old.splitlines(keepends=True), _ending(self.new).splitlines(keepends=True),
+                                            fromfile=before, tofile=f"b/{self.label}"))
+
+
+@dataclass
+class TunePlan:
+    root: Path
+    language: str
+    domain: str
+    entity_types: list[str]
+    previous_types: list[str]
+    examples: list[Example]
+    skipped_examples: list[tuple[str, str]]  # (text unit id, why) of passages whose example was not kept
+    changes: list[FileChange]
+    notes: list[str]
+    sample: Sample
+
+
+@dataclass
+class TuneEstimate:
+    documents: int
+    text_units: int
+    sampled: int
+    language: str
+    calls: int
+    max_calls: int  # when examples fail their checks, further passages are tried
+    prompt_tokens: int
+    completion_tokens: int
+    basis: str
+
+
+# -- the sample ----------------------------------------------------------------------------------
+
+def sample_units(units: pd.DataFrame, n: int, seed: int = SEED) -> pd.DataFrame:
+    """`n` units, taken in turn from the documents (in a seeded order), each document's in a
+    seeded order with short units (a document's tail) last; all units if there are no more."""
+    rng = random.Random(seed)
+    by_doc: dict[str, list[int]] = {}
+    for i, d in enumerate(units["document_id"]):
+        by_doc.setdefault(str(d), []).append(i)
+    longest = int(units["n_tokens"].max()) if len(units) else 0
+    short = min(50, longest // 2)
+    order = list(by_doc)
+    rng.shuffle(order)
+    for d in order:
+        rng.shuffle(by_doc[d])
+        by_doc[d].sort(key=lambda i: int(units["n_tokens"].iloc[i]) < short)  # stable: keeps the shuffle
+    picked: list[int] = []
+    while len(picked) < min(n, len(units)):
+        for d in order:
+            if by_doc[d] and len(picked) < n:
+                picked.append(by_doc[d].pop(0))
+    return units.iloc[picked].reset_index(drop=True)
+
+
+def load_sample(settings: Settings, n: int = DEFAULT_SAMPLE, seed: int = SEED,
+                warn: Callable[[str], None] = lambda m: None) -> Sample:
+    """The project's documents cut into text units as `sensegraph index` cuts them, and a sample.
+    Raises documents.InputError when input/ holds no document."""
+    docs = documents.load_documents(settings, warn=warn)
+    units = text_units.make_text_units(docs, size=settings.chunks.size, overlap=settings.chunks.overlap)
+    language = resolve_language(settings.language, docs["text"])
+    return Sample(sample_units(units, n, seed), language, len(docs), len(units))
+
+
+def _passage_budget(settings: Settings, n: int) -> int:
+    total = SAMPLE_TOKENS
+    if settings.chat.provider == "local":  # instructions and the answer share the slot
+        total = max(400, min(total, settings.local.context_per_slot - 700 - PROPOSE_MAX_TOKENS))
+    return max(50, total // max(1, n))
+
+
+def proposal_messages(sample: Sample, settings: Settings) -> list[dict[str, str]]:
+    per = _passage_budget(settings, len(sample.units))
+    label = "Passage" if sample.language != "zh" else "段落"
+    passages = "\n\n".join(f"{label} {i}:\n{truncate(str(t).strip(), per)}"
+                           for i, t in enumerate(sample.units["text"], 1))
+    template = load_prompt("prompt_tune_types", sample.language, settings.root)
+    return to_messages(render(template, max_types=MAX_TYPES, passages=passages))
+
+
+# -- checking what the model proposes ------------------------------------------------------------
+
+def _singular(key: str) -> str:
+    for plural, single in (("ies", "y"), ("sses", "ss"), ("s", "")):
+        if key.endswith(plural) and not key.endswith("ss") and len(key) > len(plural) + 2:
+            return key[: -len(plural)] + single
+    return key
+
+
+def clean_types(raw: list[str], cap: int = MAX_TYPES) -> list[str]:
+    """Lowercase identifiers (words joined by "_"), generic ones and duplicates (also a plural
+    of an earlier type) dropped, at most `cap` in the model's order."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for t in raw:
+        key = "_".join(re.findall(r"[^\W_]+", str(t).casefold()))
+        if not key or key in GENERIC_TYPES or len(key) > 40 or _singular(key) in seen or key in seen:
+            continue
+        seen |= {key, _singular(key)}
+        out.append(key)
+        if len(out) == cap:
+            break
+    return out
+
+
+def clean_domain(raw: str) -> str:
+    """One line, no braces (the prompts' placeholders), no closing stop, at most ~100 characters."""
+    text = " ".join(str(raw).replace("{", "").replace("}", "").replace('"""', "").split())
+    text = text.strip(" \"'“”「」").rstrip(".。")
+    if len(text) > 100:
+        text = text[:100].rsplit(" ", 1)[0] if " " in text[:100] else text[:100]
+    return text
+
+
+async def propose(llm: ChatClient, sample: Sample, settings: Settings) -> tuple[str, list[str]]:
+    """(domain, entity types) from one call over the sample. Raises TuneError if no usable type."""
+    answer = await llm.structured(proposal_messages(sample, settings), TypeProposal, step=STEP_TYPES,
+                                  item="types", max_tokens=PROPOSE_MAX_TOKENS)
+    types = clean_types(answer.entity_types)
+    if not types:
+        raise TuneError(f"the chat model proposed no usable entity type (it answered {answer.entity_types!r}); "
+                        "nothing written")
+    return clean_domain(answer.domain), types
+
+
+# -- few-shot examples ---------------------------------------------------------------------------
+
+_SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*(?=\s|$)|[。！？][”’」』）]*")
+
+
+def example_passage(text: str, max_tokens: int = EXAMPLE_TOKENS, mid_document: bool = False) -> str:
+    """The passage an example shows: at most `max_tokens`, ending at a sentence end and (for a
+    unit that starts inside its document, `mid_document`) starting after one, when that keeps
+    most of it. Triple quotes would close the example's quoting, so they become one."""
+    text = str(text).replace('"""', '"').strip()
+    if mid_document:
+        first = _SENTENCE_END.search(text)
+        if first and first.end() < len(text) * 0.3 and text[first.end():].strip():
+            text = text[first.end():].strip()
+    cut = truncate(text, max_tokens)
+    if cut != text:
+        ends = [m.end() for m in _SENTENCE_END.finditer(cut)]
+        if ends and ends[-1] >= len(cut) * 0.4:
+            cut = cut[: ends[-1]]
+    return cut.strip()
+
+
+def example_messages(passage: str, domain: str, types: list[str], language: str,
+                     root: str | Path | None) -> list[dict[str, str]]:
+    template = load_prompt("prompt_tune_examples", language, root)
+    fallback = "这组文档的主题" if language == "zh" else "the subject of the collection"
+    return to_messages(render(template, domain=domain or fallback, entity_types=", ".join(types), text=passage))
+
+
+def _has_letter(name: str) -> bool:
+    return re.search(r"[^\W\d_]", name) is not None
+
+
+def _occurs(key: str, text_key: str) -> bool:
+    """`key` in `text_key` (both normalised), as whole words where the name begins or ends with a
+    letter or digit of a spaced script ("Ann" is not in "Annabel"); plain substring for Chinese."""
+    def edge(ch: str) -> str:
+        return r"\w" if ch.isalnum() and ord(ch) < 0x2E80 else ""
+    left = f"(?<!{edge(key[0])})" if edge(key[0]) else ""
+    right = f"(?!{edge(key[-1])})" if edge(key[-1]) else ""
+    return re.search(left + re.escape(key) + right, text_key) is not None
+
+
+def ground_example(answer: Any, passage: str, types: list[str]) -> tuple[list[dict], list[dict], Counter]:
+    """The answer's entities whose name is written in `passage` with a type among `types`
+    (variants mapped as extraction maps them), and the relationships between those; a Counter
+    of what was dropped and why."""
+    map_type = type_mapper(types)
+    allowed = set(types)
+    text_key = normalize_name(passage)
+    dropped: Counter = Counter()
+    entities: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for e in answer.entities:
+        name = clean_name(e.name)
+        key = normalize_name(name)
+        if not name or '"' in name or "\\" in name:
+            dropped["unusable_name"] += 1  # the example names are read back by a regex on "..."
+        elif not _has_letter(name):
+            dropped["not_a_name"] += 1  # dates, numbers, amounts
+        elif not _occurs(key, text_key):
+            dropped["not_in_passage"] += 1
+        elif map_type(e.type)[0] not in allowed:
+            dropped["type_not_proposed"] += 1
+        elif key in names:
+            dropped["duplicate"] += 1
+        elif not e.description.strip():
+            dropped["no_description"] += 1
+        else:
+            names[key] = name
+            entities.append({"name": name, "type": map_type(e.type)[0], "description": " ".join(e.description.split())})
+    relationships: list[dict[str, Any]] = []
+    pairs: set[tuple[str, str]] = set()
+    for r in answer.relationships:
+        s, t = normalize_name(r.source), normalize_name(r.target)
+        if s not in names or t not in names:
+            dropped["relationship_to_dropped_name"] += 1
+        elif s == t:
+            dropped["self_loop"] += 1
+        elif (s, t) in pairs or not r.description.strip():
+            dropped["relationship_duplicate_or_empty"] += 1
+        else:
+            pairs.add((s, t))
+            relationships.append({"source": names[s], "target": names[t],
+                                  "description": " ".join(r.description.split()),
+                                  "strength": min(10, max(1, int(r.strength)))})
+    return entities, relationships, dropped
+
+
+async def write_example(llm: ChatClient, unit_id: str, passage: str, domain: str, types: list[str],
+                        language: str, settings: Settings) -> Example:
+    schema = graph_schema(types, EXAMPLE_MAX_ENTITIES, EXAMPLE_MAX_RELATIONSHIPS)
+    answer = await llm.structured(example_messages(passage, domain, types, language, settings.root), schema,
+                                  step=STEP_EXAMPLES, item=unit_id,
+                                  max_tokens=min(settings.extraction.max_tokens, EXAMPLE_MAX_TOKENS))
+    entities, relationships, dropped = ground_example(answer, passage, types)
+    return Example(unit_id, passage, entities, relationships, dropped)
+
+
+def render_examples(examples: list[Example], language: str) -> str:
+    """examples_graph.txt: the packaged file's layout, one block per example."""
+    head, answer = EXAMPLE_LABELS.get(language, EXAMPLE_LABELS["en"])
+
+    def listing(key: str, rows: list[dict[str, Any]], close: str) -> str:
+        if not rows:
+            return f'"{key}": []{close}'
+        body = ",\n".join("  " + json.dumps(r, ensure_ascii=False) for r in rows)
+        return f'"{key}": [\n{body}\n ]{close}'
+
+    blocks = [f'{head}\n"""\n{ex.text}\n"""\n{answer}\n'
+              f'{{{listing("entities", ex.entities, ",")}\n {listing("relationships", ex.relationships, "}")}'
+              for ex in examples]
+    return "\n\n".join(blocks) + "\n"
+
+
+def with_domain(template: str, domain: str, language: str) -> str | None:
+    """extract_graph.txt with a first line naming the domain (replacing one written earlier), or
+    None when the template lacks its placeholders (a user's own prompt is left alone)."""
+    if not domain or not all(p in template for p in ("{entity_types}", "{examples}", "{text}")):
+        return None
+    line = DOMAIN_LINES.get(language, DOMAIN_LINES["en"])
+    prefix = line.split("{domain}")[0]
+    body = template
+    first, _, rest = body.partition("\n")
+    if first.startswith(prefix):
+        body = rest.lstrip("\n")
+    return line.format(domain=domain) + "\n\n" + body
+
+
+# -- settings.yaml ---------------------------------------------------------------------------------
+
+_SECTION = re.compile(r"^extraction\s*:\s*(?:#.*)?$")
+_KEY = re.compile(r"^(?P<indent>[ \t]+)entity_types\s*:(?P<rest>.*)$")
+
+
+def _scalar(t: str) -> str:
+    plain = not re.search(r"[\s,\[\]{}#:&*!|>'\"%@`]", t)
+    try:
+        plain = plain and yaml.safe_load(t) == t  # "yes", "null", "2024" would change type
+    except yaml.YAMLError:
+        plain = False
+    return t if plain else json.dumps(t, ensure_ascii=False)
+
+
+def _split_comment(rest: str) -> tuple[str, str]:
+    m = re.search(r"(?:^|\s+)#", rest)  # the comment keeps the spaces before it (its alignment)
+    return (rest[: m.start()], rest[m.start():]) if m else (rest, "")
+
+
+def _edited(text: str, flow: str) -> str | None:
+    """settings.yaml with extraction.entity_types set to `flow` by editing its lines (comments
+    and layout kept), or None for a layout this does not handle."""
+    nl = "\r\n" if "\r\n" in text else "\n"
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if _SECTION.match(ln.rstrip("\r\n"))), None)
+    if start is None:
+        if re.search(r"^extraction\s*:", text, re.M):
+            return None  # e.g. a flow mapping on one line
+        body = text if not text or text.endswith("\n") else text + nl
+        return body + (nl if body.strip() else "") + f"extraction:{nl}  entity_types: {flow}{nl}"
+    if not lines[start].endswith("\n"):
+        lines[start] += nl
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t" or lines[end].startswith("#")):
+        end += 1
+    body = [ln for ln in lines[start + 1:end] if ln.strip() and ln[0] in " \t" and not ln.lstrip().startswith("#")]
+    indent = re.match(r"[ \t]+", body[0]).group(0) if body else "  "  # type: ignore[union-attr]
+    for j in range(start + 1, end):
+        m = _KEY.match(lines[j].rstrip("\r\n"))
+        if not m or m.group("indent") != indent:
+            continue
+        value, comment = _split_comment(m.group("rest"))
+        eol = lines[j][len(lines[j].rstrip("\r\n")):] or nl
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            lines[j] = f"{indent}entity_types: {flow}{comment}{eol}"
+            return "".join(lines)
+        if value:
+            return None
+        k = j + 1  # a block list: its items are indented deeper, or start with "-" at the key's indent
+        while k < end and (not lines[k].strip() or (lines[k].startswith(indent) and (
+                lines[k][len(indent)] in " \t-" or lines[k].lstrip().startswith("#")))):
+            k += 1
+        while k > j + 1 and not lines[k - 1].strip():
+            k -= 1
+        lines[j:k] = [f"{indent}entity_types: {flow}{comment}{eol}"]
+        return "".join(lines)
+    lines.insert(start + 1, f"{indent}entity_types: {flow}{nl}")
+    return "".join(lines)
+
+
+def set_entity_types(text: str, types: list[str]) -> tuple[str, bool]:
+    """(settings.yaml text with extraction.entity_types = `types`, whether its comments were kept).
+
+    The lines are edited in place; the result is accepted only if it parses to the old settings
+    with just that key changed. Otherwise (a layout the edit does not know) the YAML is
+    rewritten from its parsed form, which keeps every setting but loses the comments."""
+    old = yaml.safe_load(text) if text.strip() else {}
+    old = old or {}
+    if not isinstance(old, dict):
+        raise TuneError(f"{SETTINGS_FILE} must be a mapping of sections")
+    expected = copy.deepcopy(old)
+    if not isinstance(expected.get("extraction"), dict):
+        expected["extraction"] = {}
+    expected["extraction"]["entity_types"] = list(types)
+    edited = _edited(text, "[" + ", ".join(_scalar(t) for t in types) + "]")
+    if edited is not None:
+        try:
+            if yaml.safe_load(edited) == expected:
+                return edited, True
+        except yaml.YAMLError:
+            pass
+    return yaml.safe_dump(expected, sort_keys=False, allow_unicode=True), False
+
+
+# -- the whole run -------------------------------------------------------------------------------
+
+def _ending(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _prompt_change(settings: Settings, name: str, language: str, new: str) -> FileChange:
+    path = Path(settings.root) / "prompts" / language / f"{name}.txt"
+    label = f"prompts/{language}/{name}.txt"
+    if path.exists():
+        return FileChange(path, label, path.read_text(encoding="utf-8"), new, "project")
+    packaged = PACKAGE_DIR / language / f"{name}.txt"
+    return FileChange(path, label, packaged.read_text(encoding="utf-8") if packaged.exists() else "", new, "packaged")
+
+
+async def tune(settings: Settings, llm: ChatClient, *, sample: int = DEFAULT_SAMPLE,
+               examples: int = DEFAULT_EXAMPLES, seed: int = SEED,
+               warn: Callable[[str], None] = lambda m: None) -> TunePlan:
+    """Propose the domain, entity types and few-shot examples for the project; return the plan
+    (nothing written). Raises documents.InputError (no input), TuneError (no usable answer),
+    LLMError (a call failed after its retries; its finished calls are cached for the rerun)."""
+    s = load_sample(settings, sample, seed, warn)
+    domain, types = await propose(llm, s, settings)
+    candidates = [(str(u.id), example_passage(u.text, mid_document=int(u.chunk_index) > 0))
+                  for u in s.units.itertuples()]
+    candidates = [(uid, text) for uid, text in candidates if text]
+    kept: list[Example] = []
+    skipped: list[tuple[str, str]] = []
+    tried = 0
+    # Passages whose example fails its checks are replaced by the next sampled ones, up to twice
+    # as many calls as examples wanted: a small model may ground nothing in one passage.
+    while len(kept) < examples and tried < min(len(candidates), 2 * examples):
+        batch = candidates[tried: tried + min(examples - len(kept), 2 * examples - tried)]
+        tried += len(batch)
+        results = await asyncio.gather(*(write_example(llm, uid, text, domain, types, s.language, settings)
+                                         for uid, text in batch), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, LLMError):
+                raise r
+        errors = [r for r in results if isinstance(r, LLMError)]
+        if errors:
+            raise next((e for e in errors if isinstance(e, BudgetReached)), errors[0])
+        for ex in results:
+            assert isinstance(ex, Example)
+            if len(ex.entities) >= MIN_EXAMPLE_ENTITIES:
+                kept.append(ex)
+            else:
+                why = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in ex.dropped.items()) or "no entity"
+                skipped.append((ex.unit_id, f"{len(ex.entities)} grounded entities ({why})"))
+    if not kept:
+        raise TuneError("the chat model wrote no usable few-shot example: "
+                        + "; ".join(f"passage {uid}: {why}" for uid, why in skipped)
+                        + ". Nothing written; try a larger --sample or a stronger chat model")
+    order = {uid: i for i, (uid, _) in enumerate(candidates)}
+    kept.sort(key=lambda ex: order[ex.unit_id])
+    return _plan(settings, s, domain, types, kept, skipped)
+
+
+def _plan(settings: Settings, s: Sample, domain: str, types: list[str], kept: list[Example],
+          skipped: list[tuple[str, str]]) -> TunePlan:
+    lang = s.language
+    notes: list[str] = []
+    examples_change = _prompt_change(settings, "examples_graph", lang, render_examples(kept, lang))
+    changes = [examples_change]
+    before, after = count_tokens(examples_change.old), count_tokens(examples_change.new)
+    notes.append(f"few-shot examples: {after:,} tokens (were {before:,}), in the prompt of every extraction call")
+    current = load_prompt("extract_graph", lang, settings.root)
+    adapted = with_domain(current, domain, lang)
+    if adapted is None:
+        notes.append(f"prompts/{lang}/extract_graph.txt lacks the packaged placeholders; its wording is left as it is")
+    else:
+        extract_change = _prompt_change(settings, "extract_graph", lang, adapted)
+        changes.append(extract_change)
+        if extract_change.old_source == "packaged" and extract_change.old != extract_change.new:
+            notes.append(f"prompts/{lang}/extract_graph.txt becomes the project's own copy: later changes to "
+                         "sensegraph's packaged prompt will not reach it (delete it to use the packaged one)")
+    settings_path = Path(settings.root) / SETTINGS_FILE
+    old_yaml = settings_path.read_text(encoding="utf-8") if settings_path.exists() else ""
+    new_yaml, kept_comments = set_entity_types(old_yaml, types)
+    changes.append(FileChange(settings_path, SETTINGS_FILE, old_yaml, new_yaml,
+                              "project" if settings_path.exists() else "none"))
+    if not kept_comments:
+        notes.append(f"{SETTINGS_FILE} is rewritten from its parsed form: its comments are lost "
+                     "(the layout of extraction.entity_types was not one the edit handles)")
+    if os.environ.get("SENSEGRAPH_EXTRACTION__ENTITY_TYPES"):
+        notes.append("SENSEGRAPH_EXTRACTION__ENTITY_TYPES is set in the environment and overrides settings.yaml")
+    if settings.index_method == "lazy":
+        notes.append("index_method is lazy: these prompts apply to the standard index "
+                     "(`sensegraph index --method standard`)")
+    # A prompt equal to the one in effect is not written (the packaged one stays in use).
+    changed = [c for c in changes if c.old_source == "none" or _ending(c.old) != _ending(c.new)]
+    return TunePlan(Path(settings.root), lang, domain, types, list(settings.extraction.entity_types), kept, skipped,
+                    changed, notes, s)
+
+
+def write_changes(plan: TunePlan) -> list[Path]:
+    """Write the plan's files (each atomically); the paths written."""
+    written = []
+    for c in plan.changes:
+        c.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = c.path.with_name(c.path.name + ".tmp")
+        tmp.write_text(_ending(c.new), encoding="utf-8")
+        os.replace(tmp, c.path)
+        written.append(c.path)
+    return written
+
+
+def estimate(settings: Settings, *, sample: int = DEFAULT_SAMPLE, examples: int = DEFAULT_EXAMPLES,
+             seed: int = SEED) -> TuneEstimate:
+    """Calls and tokens of a prompt-tune run, calling nothing. The proposal prompt is counted
+    exactly; an example prompt from its passage (the domain and types are not known yet, the
+    current types stand in for them); answers from the extraction ratios of index --dry-run."""
+    s = load_sample(settings, sample, seed)
+    prompt = sum(count_tokens(m["content"]) for m in proposal_messages(s, settings))
+    completion = 20 + 8 * MAX_TYPES
+    ratio = RATIOS["local" if settings.chat.provider == "local" else "hosted"]["completion_per_input_token"]
+    passages = [example_passage(u.text, mid_document=int(u.chunk_index) > 0) for u in s.units.itertuples()]
+    passages = [p for p in passages if p][:examples]
+    for p in passages:
+        messages = example_messages(p, "", list(settings.extraction.entity_types), s.language, settings.root)
+        prompt += sum(count_tokens(m["content"]) for m in messages) + 20
+        completion += min(settings.extraction.max_tokens, EXAMPLE_MAX_TOKENS, int(count_tokens(p) * ratio) + 50)
+    n_examples = len(passages)
+    retries = min(len(s.units), 2 * examples) - n_examples
+    return TuneEstimate(s.documents, s.text_units, len(s.units), s.language, 1 + n_examples,
+                        1 + n_examples + max(0, retries), prompt, completion,
+                        "prompts counted; answers estimated from measured extraction ratios")
