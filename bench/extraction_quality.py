@@ -45,6 +45,7 @@ import pandas as pd
 
 from sensegraph.config import load_settings
 from sensegraph.index.communities import build_communities
+from sensegraph.index.cooccurrence_edges import cooccurrence_edges
 from sensegraph.index.extract import extract_graph
 from sensegraph.index.summarize import merge_instances
 from sensegraph.llm import open_cache, open_chat
@@ -101,9 +102,12 @@ def score(doc: dict, names: list[str], pairs: set[frozenset[str]]) -> dict[str, 
             "extracted": len(names), "real": len(real), "gold_pairs": len(gold_pairs), "found_pairs": joined}
 
 
-def graph_shape(extraction) -> dict[str, float]:
+def graph_shape(extraction, units: pd.DataFrame, cooccurrence_weight: float = 0.0) -> dict[str, float]:
+    """Root communities per 100 entities and the share without a relationship; with
+    `cooccurrence_weight` the index's weak co-occurrence edges are added first, as it does."""
     merged = merge_instances(extraction)
-    entities = pd.DataFrame([{"id": k, "human_readable_id": n, "title": e.title, "text_unit_ids": e.text_unit_ids}
+    entities = pd.DataFrame([{"id": k, "human_readable_id": n, "title": e.title, "text_unit_ids": e.text_unit_ids,
+                              "aliases": e.aliases, "frequency": len(e.text_unit_ids), "degree": 0}
                              for n, (k, e) in enumerate(merged.entities.items())])
     title = {k: e.title for k, e in merged.entities.items()}
     relationships = pd.DataFrame([{"id": f"r{n}", "human_readable_id": n, "source": title[a], "target": title[b],
@@ -112,6 +116,9 @@ def graph_shape(extraction) -> dict[str, float]:
                                  columns=["id", "human_readable_id", "source", "target", "weight", "text_unit_ids"])
     if entities.empty:
         return {"entities": 0, "roots_per_100": 0.0, "singletons": 0.0}
+    if cooccurrence_weight:
+        weak = cooccurrence_edges(entities, relationships, units, weight=cooccurrence_weight, language="en")
+        relationships = pd.concat([relationships, weak[relationships.columns]], ignore_index=True)
     comms = build_communities(entities, relationships, max_cluster_size=10, seed=0xDEADBEEF)
     linked = set(relationships["source"]) | set(relationships["target"])
     # an entity without a relationship is a root community of its own (communities.py)
@@ -150,31 +157,39 @@ def chinese(settings) -> None:
     docs = pd.DataFrame({"id": ["ch01"], "title": ["第一回"], "text": [chapter]})
     units = make_text_units(docs, size=settings.chunks.size, overlap=settings.chunks.overlap)
     gold = json.loads(CHINESE_GOLD.read_text(encoding="utf-8"))["entities"]
-    t0 = time.perf_counter()
-    cache = open_cache(settings)
-    llm = open_chat(settings, cache=cache)
+    for label, checks in (("raw answers", False), ("checked", True)):
+        run_settings = settings.model_copy(update={"extraction": settings.extraction.model_copy(
+            update={"grounding": checks and settings.extraction.grounding,
+                    "drop_generic": checks and settings.extraction.drop_generic})})
+        t0 = time.perf_counter()
+        cache = open_cache(run_settings)
+        llm = open_chat(run_settings, cache=cache)
 
-    async def run():
-        try:
-            return await extract_graph(units, llm, settings=settings, language="zh")
-        finally:
-            await llm.aclose()
+        async def run(llm=llm, run_settings=run_settings):
+            try:
+                return await extract_graph(units, llm, settings=run_settings, language="zh")
+            finally:
+                await llm.aclose()
 
-    extraction = asyncio.run(run())
-    if cache is not None:
-        cache.close()
-    names = sorted(set(extraction.entities["title"].astype(str)))
-    found = [e for e in gold if any(len(a) >= 2 and (a in n or n in a) and len(n) >= 2
-                                    for a in [e["name"], *e["aliases"]] for n in names)]
-    clauses = [n for n in names if len(n) > CLAUSE_CHARS or _CLAUSE_PUNCTUATION.search(n)]
-    real = [n for n in names if any(len(n) >= 2 and (a in n or n in a) for e in gold for a in [e["name"], *e["aliases"]])]
-    calls = llm.usage.total()
-    print(f"Journey to the West, chapter 1: {len(units)} text units, {calls.calls} calls (+{calls.cache_hits} cached), "
-          f"{time.perf_counter() - t0:.0f} s; failed units: {len(extraction.failed)}")
-    print(f"  recall of the gold list   {len(found) / len(gold):.2f}  ({len(found)}/{len(gold)}); "
-          f"missed: {', '.join(e['name'] for e in gold if e not in found) or 'none'}")
-    print(f"  names on the gold list    {len(real)}/{len(names)} extracted names")
-    print(f"  clause-like names         {len(clauses)}" + (f": {', '.join(clauses[:8])}" if clauses else ""))
+        extraction = asyncio.run(run())
+        if cache is not None:
+            cache.close()
+        names = sorted(set(extraction.entities["title"].astype(str)))
+        found = [e for e in gold if any(len(a) >= 2 and (a in n or n in a) and len(n) >= 2
+                                        for a in [e["name"], *e["aliases"]] for n in names)]
+        clauses = [n for n in names if len(n) > CLAUSE_CHARS or _CLAUSE_PUNCTUATION.search(n)]
+        real = [n for n in names if any(len(n) >= 2 and (a in n or n in a) for e in gold
+                                        for a in [e["name"], *e["aliases"]])]
+        calls = llm.usage.total()
+        st = extraction.stats
+        print(f"Journey to the West, chapter 1, {label}: {len(units)} text units, {calls.calls} calls "
+              f"(+{calls.cache_hits} cached), {time.perf_counter() - t0:.0f} s; failed units: {len(extraction.failed)}")
+        print(f"  recall of the gold list   {len(found) / len(gold):.2f}  ({len(found)}/{len(gold)}); "
+              f"missed: {', '.join(e['name'] for e in gold if e not in found) or 'none'}")
+        print(f"  names on the gold list    {len(real)}/{len(names)} extracted names")
+        print(f"  clause-like names         {len(clauses)}" + (f": {', '.join(clauses[:8])}" if clauses else ""))
+        print(f"  dropped: ungrounded {st['names_ungrounded']}, clauses {st['names_clause']}, "
+              f"relationships {st['relationships_dropped']}")
 
 
 def main() -> None:
@@ -199,9 +214,36 @@ def main() -> None:
         chinese(settings)
         return
     units = pd.DataFrame({"id": [f"doc{i}" for i in range(len(docs))], "text": [detokenise(d["sents"]) for d in docs]})
-    t0 = time.perf_counter()
-    extraction, usage = asyncio.run(extract(settings, units))
-    seconds = time.perf_counter() - t0
+    model = f"{args.model} at {args.base_url}" if args.base_url else f"embedded {args.size}"
+    # The same answers judged twice: as the model gave them ("raw": no name checks, no weak
+    # edges) and as the index keeps them (the configured checks and co-occurrence edges). The
+    # second extraction is all cache hits.
+    columns = {}
+    for label, checks in (("raw", False), ("checked", True)):
+        run_settings = settings.model_copy(update={"extraction": settings.extraction.model_copy(
+            update={"grounding": checks and settings.extraction.grounding,
+                    "drop_generic": checks and settings.extraction.drop_generic})})
+        t0 = time.perf_counter()
+        extraction, usage = asyncio.run(extract(run_settings, units))
+        columns[label] = measure(docs, units, extraction, settings.communities.cooccurrence_weight if checks else 0.0)
+        calls = usage.total()
+        print(f"{label}: {calls.calls} calls (+{calls.cache_hits} cached), {time.perf_counter() - t0:.0f} s; "
+              f"failed units: {len(extraction.failed)}")
+    print(f"\nRe-DocRED test, {len(docs)} documents (seed {args.seed}), {model}, prompts from "
+          f"{args.prompts or 'the package'}")
+    print(f"| {'':36} | {'raw answers':>14} | {'checked + co-occurrence':>24} |")
+    print(f"|{'-' * 38}|{'-' * 15}:|{'-' * 25}:|")
+    for key, title in ROWS:
+        print(f"| {title:36} | {columns['raw'][key]:>14} | {columns['checked'][key]:>24} |")
+
+
+ROWS = [("recall_main", "entity recall PER/ORG/LOC"), ("recall_all", "entity recall, all types"),
+        ("precision", "precision"), ("relation_recall", "relation recall (gold pairs joined)"),
+        ("entities", "entities in the graph"), ("roots_per_100", "root communities per 100 entities"),
+        ("singletons", "share without an edge"), ("dropped", "records dropped by the checks")]
+
+
+def measure(docs: list[dict], units: pd.DataFrame, extraction, cooccurrence_weight: float) -> dict[str, str]:
     ents, rels = extraction.entities, extraction.relationships
     total: Counter = Counter()
     for i, doc in enumerate(docs):
@@ -210,21 +252,19 @@ def main() -> None:
         mine = rels[rels["text_unit_id"] == unit]
         pairs = {frozenset((str(s), str(t))) for s, t in zip(mine["source"], mine["target"])}
         total.update(score(doc, names, pairs))
-    shape = graph_shape(extraction)
-    model = f"{args.model} at {args.base_url}" if args.base_url else f"embedded {args.size}"
-    calls = usage.total()
-    print(f"Re-DocRED test, {len(docs)} documents (seed {args.seed}), {model}; {calls.calls} calls "
-          f"(+{calls.cache_hits} cached), {seconds:.0f} s; failed units: {len(extraction.failed)}")
-    print(f"  entity recall PER/ORG/LOC  {total['found_main'] / max(1, total['gold_main']):.2f}  "
-          f"({total['found_main']}/{total['gold_main']})")
-    print(f"  entity recall, all types   {total['found_all'] / max(1, total['gold_all']):.2f}  "
-          f"({total['found_all']}/{total['gold_all']})")
-    print(f"  precision                  {total['real'] / max(1, total['extracted']):.2f}  "
-          f"({total['real']}/{total['extracted']} extracted names match a gold mention)")
-    print(f"  relation recall            {total['found_pairs'] / max(1, total['gold_pairs']):.2f}  "
-          f"({total['found_pairs']}/{total['gold_pairs']} gold pairs joined)")
-    print(f"  graph: {shape['entities']} entities, {shape['roots_per_100']:.1f} root communities per 100 "
-          f"entities, {shape['singletons']:.2f} without a relationship")
+    shape = graph_shape(extraction, units, cooccurrence_weight)
+    st = extraction.stats
+    dropped = {k: st.get(k, 0) for k in ("names_ungrounded", "names_generic", "names_clause", "example_leaks",
+                                         "relationships_dropped")}
+
+    def share(a: str, b: str) -> str:
+        return f"{total[a] / max(1, total[b]):.2f} ({total[a]}/{total[b]})"
+
+    return {"recall_main": share("found_main", "gold_main"), "recall_all": share("found_all", "gold_all"),
+            "precision": share("real", "extracted"), "relation_recall": share("found_pairs", "gold_pairs"),
+            "entities": str(shape["entities"]), "roots_per_100": f"{shape['roots_per_100']:.1f}",
+            "singletons": f"{shape['singletons']:.2f}",
+            "dropped": " ".join(f"{k.split('_')[-1]}:{v}" for k, v in dropped.items() if v) or "0"}
 
 
 if __name__ == "__main__":

@@ -136,6 +136,11 @@ class ExtractionSettings(_Section):
     # max_tokens with repeats. Gleaning rounds can add more.
     max_entities: int = Field(25, ge=1)
     max_relationships: int = Field(30, ge=1)
+    # Checks of every extracted name against its text unit (index/grounding.py): drop names that
+    # do not occur there (invented), and common nouns and clauses ("city", "just three weeks
+    # shy of his birthday"). Dropped records are counted in stats.json.
+    grounding: bool = True
+    drop_generic: bool = True
     claims: bool = False
     claim_description: str = "Any claims or facts that could be relevant to information discovery."
 
@@ -147,6 +152,10 @@ class SummarizeSettings(_Section):
 
 class CommunitySettings(_Section):
     max_cluster_size: int = Field(10, ge=2)
+    # Weight, per sentence, of the weak edge between two entities one sentence names together
+    # with no extracted relationship (index/cooccurrence_edges.py); 0 turns them off. Below 1,
+    # the least an extracted relationship weighs.
+    cooccurrence_weight: float = Field(0.3, ge=0, lt=1)
     seed: int = 0xDEADBEEF
 
 

@@ -150,7 +150,8 @@ def test_records_are_cleaned(tmp_path):
                                   rel("Bob", "Alice Smith", 0), rel("", "Bob")]}
 
     llm = ScriptedLLM(respond)
-    result = run(extract_graph(units("x"), llm.client(), settings=settings(tmp_path), language="en"))
+    result = run(extract_graph(units("Alice Smith met Bob."), llm.client(), settings=settings(tmp_path),
+                               language="en"))
     assert result.entities["title"].tolist() == ["Alice Smith", "Bob"]
     assert result.relationships["strength"].tolist() == [10, 1]
     assert result.self_loops == 1 and result.empty_names == 2
@@ -160,7 +161,7 @@ def test_prompt_has_entity_types_and_schema_enum(tmp_path):
     llm = ScriptedLLM(lambda b: {"missed": False} if schema_name(b) == "GleanCheck"
                       else {"entities": [ent("Widget", "product")], "relationships": []})
     s = settings(tmp_path, entity_types=["company", "person", "product"])
-    result = run(extract_graph(units("Widget."), llm.client(), settings=s, language="en"))
+    result = run(extract_graph(units("Widget sold by Acme."), llm.client(), settings=s, language="en"))
     assert result.entities["type"].tolist() == ["product"]
     body = llm.requests[0]
     prompt = whole(body)
@@ -202,7 +203,7 @@ def test_catch_all_is_the_configured_other_when_there_is_one(tmp_path):
 
     llm = ScriptedLLM(respond)
     s = settings(tmp_path, entity_types=["COMPANY", "PRODUCT", "Other"])
-    result = run(extract_graph(units("Widget."), llm.client(), settings=s, language="en"))
+    result = run(extract_graph(units("Widget sold by Acme."), llm.client(), settings=s, language="en"))
     assert result.entities["type"].tolist() == ["Other", "COMPANY"]
     assert result.stats["types_mapped"] == 1 and result.stats["types_to_catch_all"] == 1
 
@@ -379,7 +380,7 @@ class InFlight:
             if n == 4:
                 self.open.discard(item)  # the second check ends the chain
             return schema(missed=n == 2)
-        return schema.model_validate({"entities": [ent(f"E{item}")], "relationships": []})
+        return schema.model_validate({"entities": [ent(f"Person {item[1:]}")], "relationships": []})
 
 
 def test_embedded_server_gets_no_more_units_in_progress_than_slots(tmp_path):
@@ -425,3 +426,52 @@ def test_example_names_are_read_from_the_projects_own_examples(tmp_path):
         assert len(names) >= 5
     assert "anna de vries" in example_names(load_prompt("examples_graph", "en"))
     assert "陈静" in example_names(load_prompt("examples_graph", "zh"))
+
+
+def test_names_are_checked_against_their_unit_and_what_fails_is_dropped_and_counted(tmp_path):
+    # Re-DocRED with the embedded 1.5B model: invented names, common nouns ("city", "fire"),
+    # clauses ("just three weeks shy of his 42nd birthday") and dates typed as anything.
+    def respond(body):
+        if schema_name(body) == "ExtractedGraph":
+            return {"entities": [ent("Sweden", "geo"), ent("John Smith"), ent("fire", "event"), ent("city", "geo"),
+                                 ent("just three weeks shy of his 42nd birthday", "event"), ent("ASCAP", "organization"),
+                                 ent("Ebenezer Scrooge"), ent("1947", "event"), ent("United Nations", "organization")],
+                    "relationships": [rel("Ebenezer Scrooge", "ASCAP"), rel("John Smith", "ASCAP"),
+                                      rel("Ebenezer Scrooge", "city"), rel("Scrooge", "1947")]}
+        return {"missed": False}
+
+    text = ("Scrooge, just three weeks shy of his 42nd birthday, left for the Swedish coast. The fire spread to "
+            "the city. He joined ASCAP in 1947, and the UN sent help.")
+    llm = ScriptedLLM(respond)
+    result = run(extract_graph(units(text), llm.client(), settings=settings(tmp_path, max_gleanings=0), language="en"))
+    # inflected ("Swedish"), part of a full name ("Scrooge"), an acronym the text uses: kept
+    assert result.entities["title"].tolist() == ["Sweden", "ASCAP", "Ebenezer Scrooge", "1947", "United Nations"]
+    assert result.entities.set_index("title").loc["1947", "type"] == "date"  # not the model's "event"
+    assert result.relationships[["source", "target"]].values.tolist() == [["Ebenezer Scrooge", "ASCAP"],
+                                                                          ["Scrooge", "1947"]]
+    st = result.stats
+    assert (st["names_ungrounded"], st["names_generic"], st["names_clause"]) == (1, 2, 1)
+    assert st["relationships_dropped"] == 2 and st["types_from_value"] == 1
+
+
+def test_chinese_names_must_be_substrings_of_their_unit(tmp_path):
+    def respond(body):
+        if schema_name(body) == "ExtractedGraph":
+            return {"entities": [ent("花果山", "geo"), ent("石猴"), ent("孙悟空"), ent("那猴在山中，却会行走跳跃")],
+                    "relationships": [rel("石猴", "花果山"), rel("孙悟空", "花果山")]}
+        return {"missed": False}
+
+    llm = ScriptedLLM(respond)
+    result = run(extract_graph(units("海中有一座名山，唤为花果山。山上有一石猴。那猴在山中，却会行走跳跃。"), llm.client(),
+                               settings=settings(tmp_path, max_gleanings=0), language="zh"))
+    assert result.entities["title"].tolist() == ["花果山", "石猴"]
+    assert result.relationships[["source", "target"]].values.tolist() == [["石猴", "花果山"]]
+    assert result.stats["names_ungrounded"] == 1 and result.stats["names_clause"] == 1
+
+
+def test_name_checks_can_be_turned_off(tmp_path):
+    llm = ScriptedLLM(lambda b: {"missed": False} if schema_name(b) == "GleanCheck"
+                      else {"entities": [ent("John Smith"), ent("city", "geo")], "relationships": []})
+    result = run(extract_graph(units("The city slept."), llm.client(),
+                               settings=settings(tmp_path, grounding=False, drop_generic=False), language="en"))
+    assert result.entities["title"].tolist() == ["John Smith", "city"]

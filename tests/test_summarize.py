@@ -139,7 +139,8 @@ def test_relationship_repeated_by_gleaning_does_not_raise_its_weight(tmp_path):
     weights = []
     for repeat in (False, True):
         client = ScriptedLLM(extractor(repeat)).client()
-        ex = asyncio.run(extract_graph(TEXT_UNITS.iloc[:1], client, settings=s, language="en"))
+        unit = pd.DataFrame({"id": ["t1"], "text": ["Alice hired Bob."]})
+        ex = asyncio.run(extract_graph(unit, client, settings=s, language="en"))
         assert len(ex.relationships) == 1 + repeat
         _, relationships, _, _ = asyncio.run(summarize_graph(ex, TEXT_UNITS, client, settings=s, language="en"))
         weights.append(relationships["weight"].tolist())

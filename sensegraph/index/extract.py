@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, create_model, field_validator
 from ..config import Settings
 from ..llm import ChatClient, LLMError
 from ..prompts import load_prompt, render, to_messages
+from .grounding import UnitText, clause, generic, grounded, value_type
 
 ENTITY_COLUMNS = ["title", "type", "description", "text_unit_id", "round"]
 RELATIONSHIP_COLUMNS = ["source", "target", "description", "strength", "text_unit_id", "round"]
@@ -254,21 +255,73 @@ def _leaked(name: str, text: str, examples: set[str]) -> bool:
     return key in examples and key not in normalize_name(text)
 
 
+# Configured types a date or an amount takes when the user has one (any case); else these.
+_VALUE_TYPES = {"date": ("date", "time", "year", "period"), "number": ("number", "quantity", "amount", "num")}
+
+
+def _value_type_of(name: str, entity_types: tuple[str, ...]) -> str | None:
+    kind = value_type(name)
+    if kind is None:
+        return None
+    by_key = {_type_key(t): t for t in entity_types}
+    return next((by_key[k] for k in _VALUE_TYPES[kind] if k in by_key), kind)
+
+
+@dataclass
+class _NameCheck:
+    """Checks of one unit's names against its text (grounding.py), each name judged once."""
+
+    text: str
+    examples: frozenset[str]
+    grounding: bool
+    drop_generic: bool
+    _unit: UnitText | None = None
+    _verdicts: dict[str, str] = field(default_factory=dict)
+
+    def verdict(self, name: str) -> str:
+        """"" for a name to keep, else the stats key of the reason it is dropped."""
+        if name not in self._verdicts:
+            self._verdicts[name] = self._judge(name)
+        return self._verdicts[name]
+
+    def _judge(self, name: str) -> str:
+        if self.examples and _leaked(name, self.text, self.examples):
+            return "example_leaks"
+        if not (self.grounding or self.drop_generic):
+            return ""
+        if self._unit is None:
+            self._unit = UnitText.of(self.text)
+        if self.drop_generic and clause(name):
+            return "names_clause"
+        if self.grounding and not grounded(name, self._unit):
+            return "names_ungrounded"
+        if self.drop_generic and value_type(name) is None and generic(name, self._unit):
+            return "names_generic"
+        return ""
+
+
 def _entity_rows(answer: BaseModel, unit_id: str, rnd: int, out: _UnitResult, counts: dict[str, int],
-                 map_type: Callable[[str], tuple[str, str]], text: str, examples: frozenset[str]) -> None:
+                 map_type: Callable[[str], tuple[str, str]], check: _NameCheck,
+                 entity_types: tuple[str, ...]) -> None:
     for e in answer.entities:  # type: ignore[attr-defined]
         name = clean_name(e.name)
         if not name:
             counts["empty_names"] += 1
             continue
-        if examples and _leaked(name, text, examples):
-            counts["example_leaks"] += 1
+        if reason := check.verdict(name):
+            counts[reason] += 1
             continue
-        typ, how = map_type(e.type)
-        if how == "mapped":
-            counts["types_mapped"] += 1
-        elif how == "catch_all":
-            counts["types_to_catch_all"] += 1
+        typ = _value_type_of(name, entity_types)
+        if typ is not None:
+            # A date or an amount, whatever type the model gave it (often "event" or a
+            # catch-all): the type says what it is.
+            counts["types_from_value"] += typ != e.type
+        else:
+            typ, how = map_type(e.type)
+            if how == "mapped":
+                counts["types_mapped"] += 1
+            elif how == "catch_all":
+                counts["types_to_catch_all"] += 1
         out.entities.append({"title": name, "type": typ, "description": e.description.strip(),
                              "text_unit_id": unit_id, "round": rnd})
     for r in answer.relationships:  # type: ignore[attr-defined]
@@ -279,8 +332,11 @@ def _entity_rows(answer: BaseModel, unit_id: str, rnd: int, out: _UnitResult, co
         if normalize_name(source) == normalize_name(target):
             counts["self_loops"] += 1
             continue
-        if examples and (_leaked(source, text, examples) or _leaked(target, text, examples)):
-            counts["example_leaks"] += 1
+        reasons = [x for x in (check.verdict(source), check.verdict(target)) if x]
+        if reasons:
+            # An edge to a name that is not in the text (or not a name) would bring that name
+            # back as an entity known only from relationships.
+            counts["example_leaks" if "example_leaks" in reasons else "relationships_dropped"] += 1
             continue
         out.relationships.append({"source": source, "target": target, "description": r.description.strip(),
                                   "strength": min(10, max(1, int(r.strength))), "text_unit_id": unit_id,
@@ -321,9 +377,10 @@ async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Sett
     if not complete:
         # The records already received are kept; the unit is reported as incomplete.
         out.failed = out.gleaning_failed = True
-    leaks = frozenset(example_names(prompts["examples_graph"]))
+    check = _NameCheck(text, frozenset(example_names(prompts["examples_graph"])), ex.grounding, ex.drop_generic)
+    types = _configured(ex.entity_types)
     for rnd, answer in enumerate(answers):
-        _entity_rows(answer, unit_id, rnd, out, counts, map_type, text, leaks)
+        _entity_rows(answer, unit_id, rnd, out, counts, map_type, check, types)
     out.gleaned = len(answers) - 1
 
     if ex.claims:
@@ -361,7 +418,9 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
     `stats`: units, entity/relationship/claim instances, gleaned_records, units_gleaned;
     gleaning_failed (units whose gleaning stopped at a failed call, earlier rounds kept),
     units_partial (failed units that still gave records); types_mapped (entity types taken as a
-    variant of a configured type) and types_to_catch_all (given `catch_all_type`)."""
+    variant of a configured type) and types_to_catch_all (given `catch_all_type`); example_leaks,
+    names_ungrounded, names_generic, names_clause and relationships_dropped (records dropped by
+    the checks against the unit's text, grounding.py); types_from_value (dates and amounts)."""
     names = ["extract_graph", "examples_graph", "glean_check", "glean_continue"]
     if settings.extraction.claims:
         names.append("extract_claims")
@@ -369,7 +428,9 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
     ex = settings.extraction
     schema = graph_schema(ex.entity_types, ex.max_entities, ex.max_relationships)
     map_type = type_mapper(ex.entity_types)
-    counts = {"self_loops": 0, "empty_names": 0, "types_mapped": 0, "types_to_catch_all": 0, "example_leaks": 0}
+    counts = dict.fromkeys(("self_loops", "empty_names", "types_mapped", "types_to_catch_all", "example_leaks",
+                            "names_ungrounded", "names_generic", "names_clause", "relationships_dropped",
+                            "types_from_value"), 0)
 
     # The embedded llama.cpp server keeps each slot's last prompt cached, and a unit's gleaning
     # calls repeat its extraction prompt and answer. With no more units in progress than the
@@ -413,6 +474,15 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
             "types_to_catch_all": counts["types_to_catch_all"],
             # records naming a few-shot example's entity that the unit's text does not hold
             "example_leaks": counts["example_leaks"],
+            # entity records dropped by the checks against their unit (grounding.py): the name
+            # does not occur there, is a common noun, or is a clause
+            "names_ungrounded": counts["names_ungrounded"],
+            "names_generic": counts["names_generic"],
+            "names_clause": counts["names_clause"],
+            # relationship records dropped because an endpoint failed those checks
+            "relationships_dropped": counts["relationships_dropped"],
+            # entities typed "date" or "number" from their name rather than the model's type
+            "types_from_value": counts["types_from_value"],
         },
     )
 

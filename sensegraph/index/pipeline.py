@@ -23,6 +23,7 @@ from ..language import resolve_language
 from ..llm import ChatClient, StepUsage, Usage, open_cache, open_chat, open_embedder
 from ..store.tables import TABLES, write_json_atomic, write_table
 from . import community_reports, communities, documents, embed, extract, resolve, summarize, text_units
+from .cooccurrence_edges import cooccurrence_edges
 from .numbering import WORK_DIR, Numbering
 from .steps import Output, Steps
 
@@ -263,6 +264,13 @@ async def _summarize(*, entity_instances: pd.DataFrame, relationship_instances: 
     if settings.resolution.enabled and not llm.budget_reached:
         entities, relationships, covariates, stats["resolution"] = await resolve.resolve_in_pipeline(
             entities, relationships, covariates, llm, embedder, settings=settings, language=language)
+    relationships = relationships.assign(co_occurrence=False)
+    if settings.communities.cooccurrence_weight > 0:
+        # after resolution, so the weak edges join the final entities
+        weak = cooccurrence_edges(entities, relationships, units, weight=settings.communities.cooccurrence_weight,
+                                  language=language)
+        relationships = pd.concat([relationships, weak], ignore_index=True) if len(weak) else relationships
+        stats["cooccurrence_edges"] = len(weak)
     if numbering is not None:
         entities, relationships, covariates = (numbering.renumber(df, n) for df, n in (
             (entities, "entities"), (relationships, "relationships"), (covariates, "covariates")))
