@@ -230,6 +230,20 @@ async def propose(llm: ChatClient, sample: Sample, settings: Settings) -> tuple[
 # -- few-shot examples ---------------------------------------------------------------------------
 
 _SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*(?=\s|$)|[。！？][”’」』）]*")
+# A stop after these (or after an initial, "J.") ends no sentence.
+_ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "gen", "col", "capt", "lt", "sgt", "mt",
+                  "no", "vs", "etc", "inc", "co", "ltd", "corp", "dept", "fig", "e.g", "i.e"}
+
+
+def _sentence_ends(text: str) -> list[int]:
+    ends = []
+    for m in _SENTENCE_END.finditer(text):
+        word = re.search(r"([\w.]+)\W*$", text[: m.start() + 1])
+        last = word.group(1).rstrip(".").casefold() if word else ""
+        if m.group(0).startswith(".") and (last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha())):
+            continue
+        ends.append(m.end())
+    return ends
 
 
 def example_passage(text: str, max_tokens: int = EXAMPLE_TOKENS, mid_document: bool = False) -> str:
@@ -238,12 +252,12 @@ def example_passage(text: str, max_tokens: int = EXAMPLE_TOKENS, mid_document: b
     most of it. Triple quotes would close the example's quoting, so they become one."""
     text = str(text).replace('"""', '"').strip()
     if mid_document:
-        first = _SENTENCE_END.search(text)
-        if first and first.end() < len(text) * 0.3 and text[first.end():].strip():
-            text = text[first.end():].strip()
+        first = next(iter(_sentence_ends(text)), None)
+        if first is not None and first < len(text) * 0.3 and text[first:].strip():
+            text = text[first:].strip()
     cut = truncate(text, max_tokens)
     if cut != text:
-        ends = [m.end() for m in _SENTENCE_END.finditer(cut)]
+        ends = _sentence_ends(cut)
         if ends and ends[-1] >= len(cut) * 0.4:
             cut = cut[: ends[-1]]
     return cut.strip()
@@ -550,11 +564,11 @@ def write_changes(plan: TunePlan) -> list[Path]:
 
 
 def estimate(settings: Settings, *, sample: int = DEFAULT_SAMPLE, examples: int = DEFAULT_EXAMPLES,
-             seed: int = SEED) -> TuneEstimate:
+             seed: int = SEED, warn: Callable[[str], None] = lambda m: None) -> TuneEstimate:
     """Calls and tokens of a prompt-tune run, calling nothing. The proposal prompt is counted
     exactly; an example prompt from its passage (the domain and types are not known yet, the
     current types stand in for them); answers from the extraction ratios of index --dry-run."""
-    s = load_sample(settings, sample, seed)
+    s = load_sample(settings, sample, seed, warn)
     prompt = sum(count_tokens(m["content"]) for m in proposal_messages(s, settings))
     completion = 20 + 8 * MAX_TYPES
     ratio = RATIOS["local" if settings.chat.provider == "local" else "hosted"]["completion_per_input_token"]

@@ -373,3 +373,11 @@ def test_the_index_extraction_uses_the_tuned_prompts_and_types(tmp_path, scripte
     assert f"these types: {', '.join(TYPES)}" in system
     assert _enum(body["response_format"]["json_schema"]["schema"]) == TYPES
     assert set(result.entities["type"]) <= set(TYPES) and len(result.entities)
+
+
+def test_example_passage_ends_at_a_sentence_end_not_an_abbreviation():
+    text = "ship left port. " + "Captain Ruiz met Dr. Hale and Mr. Ortiz at the harbour office. " * 20
+    passage = pt.example_passage(text, max_tokens=50, mid_document=True)
+    assert passage.startswith("Captain Ruiz")  # a unit inside its document starts at a sentence
+    assert passage.endswith("harbour office.") and passage in text
+    assert pt.example_passage('He said """no""". ' * 3, 100).count('"""') == 0

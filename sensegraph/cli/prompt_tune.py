@@ -48,7 +48,7 @@ def prompt_tune_command(root: str, sample: int, examples: int, dry_run: bool, ye
     settings = settings_for(root)
     if dry_run:
         try:
-            est = pt.estimate(settings, sample=sample, examples=examples)
+            est = pt.estimate(settings, sample=sample, examples=examples, warn=lambda m: log(f"warning: {m}"))
         except InputError as exc:
             fail(str(exc))
         print_estimate(est, settings)
