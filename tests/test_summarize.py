@@ -275,3 +275,14 @@ def test_empty_extraction(tmp_path):
     entities, relationships, covariates, failed = summarize(extraction(), ScriptedLLM(summarizer).client(), tmp_path)
     assert entities.empty and relationships.empty and covariates.empty and failed == []
     assert "other_types" in entities.columns and "covariate_type" in covariates.columns
+
+
+def test_an_endpoint_named_by_a_date_or_amount_is_typed_so_not_unknown(tmp_path):
+    # Re-DocRED with the 1.5B model: years named only by relationships were typed "unknown".
+    ex = extraction(
+        entities=[("Alice", "person", "Alice.", "t1")],
+        relationships=[("Alice", "1947", "Alice joined ASCAP in 1947.", 6, "t1"),
+                       ("Alice", "1 million", "Alice sold 1 million records.", 4, "t1")],
+    )
+    entities, _, _, _ = summarize(ex, ScriptedLLM(summarizer).client(), tmp_path)
+    assert entities.set_index("title")["type"].to_dict() == {"Alice": "person", "1947": "date", "1 million": "number"}

@@ -274,7 +274,9 @@ async def _summarize(*, entity_instances: pd.DataFrame, relationship_instances: 
     if numbering is not None:
         entities, relationships, covariates = (numbering.renumber(df, n) for df, n in (
             (entities, "entities"), (relationships, "relationships"), (covariates, "covariates")))
-    stats.update(entities=len(entities), relationships=len(relationships), claims=len(covariates))
+    stats.update(entities=len(entities), relationships=len(relationships), claims=len(covariates),
+                 # named only by relationships, with a name that says nothing of its type
+                 entities_untyped=int((entities["type"] == summarize.UNKNOWN_TYPE).sum()))
     return Output({"entities": entities, "relationships": relationships, "covariates": covariates},
                   failed=list(failed), items=n_items, stats=stats)
 

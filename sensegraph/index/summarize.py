@@ -5,8 +5,10 @@ one relationship (same unordered pair of entities) merge into one element; when 
 several distinct descriptions the LLM writes one description from them. Nothing is dropped:
 - a name seen with several types is one entity with the majority type; the other types are kept
   in `other_types` (Microsoft silently drops same-title entities of different types);
-- a relationship endpoint that was never extracted as an entity becomes an entity of type
-  "unknown" (we do not guess a type), described by its relationships;
+- a relationship endpoint that was never extracted as an entity becomes an entity described by
+  its relationships, typed "date" or "number" when its name is one (grounding.value_type), else
+  "unknown" (we do not guess a type; the summarize step counts them in stats as
+  `entities_untyped`);
 - a summary call that fails keeps the descriptions joined (truncated to the input budget) and
   reports the element's id as failed.
 Display names keep their case (the most frequent spelling); Microsoft upper-cases them.
@@ -26,6 +28,7 @@ from ..llm import ChatClient, LLMError
 from ..prompts import load_prompt, render
 from ..tokens import count_tokens, truncate
 from .extract import ExtractionResult, clean_name, normalize_name
+from .grounding import value_type
 
 try:
     from ..store.tables import content_id
@@ -163,7 +166,7 @@ def merge_instances(extraction: ExtractionResult) -> MergedGraph:
             only_rel = False
         else:
             title, aliases = _majority(endpoint_spellings[k])
-            typ, other_types = UNKNOWN_TYPE, []
+            typ, other_types = value_type(title) or UNKNOWN_TYPE, []
             description_list = endpoint_descs[k]
             only_rel = True
         graph.entities[k] = MergedEntity(k, title, typ, other_types, aliases, _unique_sorted(description_list),
