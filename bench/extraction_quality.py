@@ -47,6 +47,7 @@ from sensegraph.config import load_settings
 from sensegraph.index.communities import build_communities
 from sensegraph.index.cooccurrence_edges import cooccurrence_edges
 from sensegraph.index.extract import extract_graph
+from sensegraph.index.missed_names import add_missed_names
 from sensegraph.index.summarize import merge_instances
 from sensegraph.llm import open_cache, open_chat
 
@@ -132,7 +133,8 @@ async def extract(settings, units: pd.DataFrame):
     cache = open_cache(settings)
     llm = open_chat(settings, cache=cache)
     try:
-        return await extract_graph(units, llm, settings=settings, language="en"), llm.usage
+        extraction = await extract_graph(units, llm, settings=settings, language="en")
+        return await add_missed_names(extraction, units, settings=settings, language="en"), llm.usage
     finally:
         await llm.aclose()
         if cache is not None:
@@ -215,13 +217,14 @@ def main() -> None:
         return
     units = pd.DataFrame({"id": [f"doc{i}" for i in range(len(docs))], "text": [detokenise(d["sents"]) for d in docs]})
     model = f"{args.model} at {args.base_url}" if args.base_url else f"embedded {args.size}"
-    # The same answers judged twice: as the model gave them ("raw": no name checks, no weak
-    # edges) and as the index keeps them (the configured checks and co-occurrence edges). The
-    # second extraction is all cache hits.
+    # The same answers judged three times: as the model gave them (no name checks, no names
+    # from NER, no weak edges: what the index kept before), with the name checks and the weak
+    # co-occurrence edges, and with the names NER finds added too (the index's default for
+    # the embedded model). The second and third extractions are all cache hits.
     columns = {}
-    for label, checks in (("raw", False), ("checked", True)):
+    for label, checks, ner in (("raw", False, False), ("checked", True, False), ("ner", True, settings.extraction.ner)):
         run_settings = settings.model_copy(update={"extraction": settings.extraction.model_copy(
-            update={"grounding": checks and settings.extraction.grounding,
+            update={"grounding": checks and settings.extraction.grounding, "ner": ner,
                     "drop_generic": checks and settings.extraction.drop_generic})})
         t0 = time.perf_counter()
         extraction, usage = asyncio.run(extract(run_settings, units))
@@ -231,16 +234,17 @@ def main() -> None:
               f"failed units: {len(extraction.failed)}")
     print(f"\nRe-DocRED test, {len(docs)} documents (seed {args.seed}), {model}, prompts from "
           f"{args.prompts or 'the package'}")
-    print(f"| {'':36} | {'raw answers':>14} | {'checked + co-occurrence':>24} |")
-    print(f"|{'-' * 38}|{'-' * 15}:|{'-' * 25}:|")
+    print(f"| {'':36} | {'raw answers':>14} | {'checks + co-occurrence':>22} | {'+ names from NER':>16} |")
+    print(f"|{'-' * 38}|{'-' * 15}:|{'-' * 23}:|{'-' * 17}:|")
     for key, title in ROWS:
-        print(f"| {title:36} | {columns['raw'][key]:>14} | {columns['checked'][key]:>24} |")
+        print(f"| {title:36} | {columns['raw'][key]:>14} | {columns['checked'][key]:>22} | {columns['ner'][key]:>16} |")
 
 
 ROWS = [("recall_main", "entity recall PER/ORG/LOC"), ("recall_all", "entity recall, all types"),
         ("precision", "precision"), ("relation_recall", "relation recall (gold pairs joined)"),
         ("entities", "entities in the graph"), ("roots_per_100", "root communities per 100 entities"),
-        ("singletons", "share without an edge"), ("dropped", "records dropped by the checks")]
+        ("singletons", "share without an edge"), ("dropped", "records dropped by the checks"),
+        ("added", "names added from NER")]
 
 
 def measure(docs: list[dict], units: pd.DataFrame, extraction, cooccurrence_weight: float) -> dict[str, str]:
@@ -256,6 +260,7 @@ def measure(docs: list[dict], units: pd.DataFrame, extraction, cooccurrence_weig
     st = extraction.stats
     dropped = {k: st.get(k, 0) for k in ("names_ungrounded", "names_generic", "names_clause", "example_leaks",
                                          "relationships_dropped")}
+    added = st.get("names_from_ner", 0)
 
     def share(a: str, b: str) -> str:
         return f"{total[a] / max(1, total[b]):.2f} ({total[a]}/{total[b]})"
@@ -264,7 +269,8 @@ def measure(docs: list[dict], units: pd.DataFrame, extraction, cooccurrence_weig
             "precision": share("real", "extracted"), "relation_recall": share("found_pairs", "gold_pairs"),
             "entities": str(shape["entities"]), "roots_per_100": f"{shape['roots_per_100']:.1f}",
             "singletons": f"{shape['singletons']:.2f}",
-            "dropped": " ".join(f"{k.split('_')[-1]}:{v}" for k, v in dropped.items() if v) or "0"}
+            "dropped": " ".join(f"{k.split('_')[-1]}:{v}" for k, v in dropped.items() if v) or "0",
+            "added": str(added)}
 
 
 if __name__ == "__main__":

@@ -141,6 +141,9 @@ class ExtractionSettings(_Section):
     # shy of his birthday"). Dropped records are counted in stats.json.
     grounding: bool = True
     drop_generic: bool = True
+    # Names the model missed, found by spaCy's NER in the unit (index/missed_names.py), added
+    # as entities: auto = for the embedded chat model (English), true, or false.
+    ner: bool | Literal["auto"] = "auto"
     claims: bool = False
     claim_description: str = "Any claims or facts that could be relevant to information discovery."
 

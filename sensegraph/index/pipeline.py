@@ -22,7 +22,8 @@ from ..config import Settings
 from ..language import resolve_language
 from ..llm import ChatClient, StepUsage, Usage, open_cache, open_chat, open_embedder
 from ..store.tables import TABLES, write_json_atomic, write_table
-from . import community_reports, communities, documents, embed, extract, resolve, summarize, text_units
+from . import (community_reports, communities, documents, embed, extract, missed_names, resolve, summarize,
+               text_units)
 from .cooccurrence_edges import cooccurrence_edges
 from .numbering import WORK_DIR, Numbering
 from .steps import Output, Steps
@@ -213,6 +214,7 @@ async def _extract(*, units: pd.DataFrame, llm: ChatClient, language: str, setti
     if done:
         advance(len(done))
     fresh = await extract.extract_graph(todo, llm, settings=settings, language=language, advance=advance)
+    fresh = await missed_names.add_missed_names(fresh, todo, settings=settings, language=language)
     tables = {"extracted_units": pd.DataFrame({"id": [i for i in ids if i in done or i not in fresh.failed]})}
     position = {u: n for n, u in enumerate(ids)}
     for name, new in zip(INSTANCES, (fresh.entities, fresh.relationships, fresh.claims)):
@@ -298,11 +300,13 @@ async def _reports(*, communities: pd.DataFrame, entities: pd.DataFrame, relatio
                    bar: BarFactory) -> Output:
     if lazy:  # an empty table, so every tool that opens an index finds one
         return Output({"community_reports": pd.DataFrame(columns=TABLES["community_reports"])}, stats={"reports": 0})
+    checks: dict[str, int] = {}  # what the checks of the answers dropped (report_checks.py)
     reports, failed = await community_reports.write_reports(communities, entities, relationships, covariates, llm,
                                                             settings=settings, language=language,
-                                                            advance=bar("community reports", len(communities)))
+                                                            advance=bar("community reports", len(communities)),
+                                                            counts=checks)
     return Output({"community_reports": reports}, failed=[str(f) for f in failed], items=len(communities),
-                  stats={"reports": len(reports)})
+                  stats={"reports": len(reports), "checks": checks})
 
 
 async def _embed(*, tables: dict[str, pd.DataFrame], embedder: Any, prefetch: asyncio.Task | None, out: Path,
