@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import re
 
 import httpx
 import pandas as pd
@@ -12,6 +13,7 @@ from scripted import ScriptedLLM, schema_name
 from test_communities import make_graph
 
 from sensegraph.config import ReportSettings, Settings
+from sensegraph.index import report_checks
 from sensegraph.index.communities import build_communities
 from sensegraph.index.community_reports import COLUMNS, SINGLE_ENTITY_EXPLANATION, write_reports
 from sensegraph.tokens import count_tokens
@@ -65,19 +67,28 @@ class Reporter:
         n = len(self.prompts) - 1
         return {"title": f"T{n}", "summary": f"Summary {n}.", "rating": float(n % 11) + 0.5,
                 "rating_explanation": "Because.",
-                "findings": [{"summary": f"F{n}.{i}", "explanation": f"E{n}.{i} [Data: Entities (1)]"}
+                "findings": [{"summary": f"F{n}.{i}", "explanation": f"E{n}.{i} {first_citation(prompt)}"}
                              for i in range(6)]}
 
 
+def first_citation(prompt: str) -> str:
+    """A citation of a record of the context (the checks drop findings that cite nothing in it)."""
+    rows = section(prompt, "Entities")
+    if rows:
+        return f"[Data: Entities ({rows[0][0]})]"
+    report = re.search(r"## Report (\d+):", prompt)
+    return f"[Data: Reports ({report.group(1)})]"
+
+
 def run(comms, entities, relationships, reporter: Reporter, *, budget: int, covariates=None,
-        language: str = "en", advance=None, cache=None):
+        language: str = "en", advance=None, cache=None, counts=None):
     settings = Settings(reports=ReportSettings(max_input_tokens=budget, max_tokens=800))
 
     async def go():
         llm = reporter.llm.client(cache=cache)
         try:
             return await write_reports(comms, entities, relationships, covariates, llm, settings=settings,
-                                       language=language, advance=advance)
+                                       language=language, advance=advance, counts=counts)
         finally:
             await llm.aclose()
 
@@ -452,3 +463,199 @@ def test_claims_never_crowd_out_the_edges():
     assert 0 < len(claims) < n and len(section(prompt, "Relationships")) >= 5
     assert leaf["context_tokens"] <= 1000
     assert all(c[5] == "" for c in claims)  # no period: missing dates stay empty, not "nan"
+
+
+# -- checks on the answers (report_checks.py) ---------------------------------------------------
+
+def composer_index():
+    """One community of two entities and one relationship: a composer who joined ASCAP in 1947."""
+    entities = pd.DataFrame({
+        "id": ["e-ascap", "e-smith"], "human_readable_id": [5, 7], "title": ["ASCAP", "JOHN SMITH"],
+        "type": ["organization", "person"],
+        "description": ["ASCAP is a society of composers, authors and publishers.",
+                        "John Smith is a composer from Chicago who wrote three symphonies."],
+        "text_unit_ids": [["tu"], ["tu"]], "frequency": 1, "degree": [1, 1]})
+    relationships = pd.DataFrame({
+        "id": ["r0"], "human_readable_id": [23], "source": ["JOHN SMITH"], "target": ["ASCAP"],
+        "description": ["John Smith joined ASCAP in 1947."], "weight": 1.0, "combined_degree": 2,
+        "text_unit_ids": [["tu"]]})
+    comms = pd.DataFrame([{
+        "id": "c0", "human_readable_id": 0, "community": 0, "level": 0, "parent": -1, "children": [],
+        "title": "Community 0", "entity_ids": ["e-ascap", "e-smith"], "relationship_ids": ["r0"],
+        "text_unit_ids": ["tu"], "period": "2024-01-01", "size": 2, "carried": False}])
+    return entities, relationships, comms
+
+
+def answering(answer: dict) -> Reporter:
+    """A reporter that gives every community the same answer."""
+    reporter = Reporter()
+
+    def respond(body):
+        reporter.prompts.append("\n".join(m["content"] for m in body["messages"]))
+        return answer
+
+    reporter.llm = ScriptedLLM(respond)
+    return reporter
+
+
+def report_of(findings: list[tuple[str, str]], rating: float = 4.0) -> dict:
+    return {"title": "John Smith and ASCAP", "summary": "A composer and his society [Data: Entities (5, 99)].",
+            "rating": rating, "rating_explanation": "A composer's membership.",
+            "findings": [{"summary": s, "explanation": e} for s, e in findings]}
+
+
+def test_findings_that_cite_nothing_restate_bookkeeping_or_add_numbers_are_dropped_and_counted():
+    entities, relationships, comms = composer_index()
+    answer = report_of([
+        ("John Smith joined ASCAP", "The composer John Smith joined ASCAP in 1947 [Data: Entities (5, 7); "
+                                    "Relationships (23)]."),
+        ("Three symphonies", "John Smith wrote three symphonies [Data: Entities (7, 41); Relationships (88)]."),
+        ("A society of composers", "ASCAP is a society of composers, authors and publishers."),
+        ("An invented record", "ASCAP works with many composers [Data: Entities (12)]."),
+        ("Degree of connection: 3", "ASCAP is connected to John Smith [Data: Entities (5)]."),
+        ("ASCAP's size", "ASCAP was founded in 1947 and currently has over 1 million members "
+                         "[Data: Entities (5); Relationships (23)]."),
+        ("A famous member", "John Smith met Leonard Bernstein at ASCAP [Data: Entities (5, 7)]."),
+    ])
+    counts: dict[str, int] = {}
+    reports, failed = run(comms, entities, relationships, answering(answer), budget=2000, counts=counts)
+    assert failed == []
+    findings = reports.iloc[0]["findings"]
+    assert [f["summary"] for f in findings] == ["John Smith joined ASCAP", "Three symphonies", "A famous member"]
+    # ids that are not in the context are taken out of the text; the report's summary too
+    assert findings[1]["explanation"] == "John Smith wrote three symphonies [Data: Entities (7)]."
+    assert reports.iloc[0]["summary"] == "A composer and his society [Data: Entities (5)]."
+    assert counts == {"reports_checked": 1, "findings_written": 7, "findings_kept": 3, "findings_bookkeeping": 1,
+                      "findings_uncited": 2, "findings_unsupported": 1, "findings_unknown_names": 1,
+                      "citations_invalid": 4, "reports_without_findings": 0, "ratings_capped": 1}
+    assert "1 million" not in reports.iloc[0]["full_content"]
+    assert json.loads(reports.iloc[0]["full_content_json"])["findings"] == findings
+
+
+def test_a_report_whose_findings_are_all_dropped_keeps_its_title_and_summary():
+    entities, relationships, comms = composer_index()
+    answer = report_of([("Entities: ASCAP, JOHN SMITH", "The entity has a degree of 1 [Data: Degrees (1, 1)]."),
+                        ("The Board", "The Board is a meal served during the day at ELAM.")], rating=2.0)
+    counts: dict[str, int] = {}
+    reports, failed = run(comms, entities, relationships, answering(answer), budget=2000, counts=counts)
+    assert failed == [] and len(reports) == 1
+    row = reports.iloc[0]
+    assert row["title"] == "John Smith and ASCAP" and row["findings"] == []
+    assert row["full_content"] == "# John Smith and ASCAP\n\nA composer and his society [Data: Entities (5)]."
+    assert counts["reports_without_findings"] == 1 and counts["findings_kept"] == 0
+    assert counts["findings_bookkeeping"] == 1 and counts["findings_uncited"] == 1
+
+
+def test_rating_is_capped_by_the_size_of_the_community():
+    entities, relationships, comms = composer_index()
+    counts: dict[str, int] = {}
+    reports, _ = run(comms, entities, relationships, answering(report_of([], rating=9.0)), budget=2000, counts=counts)
+    tiny = reports.iloc[0]
+    assert tiny["rank"] == 3.0 and json.loads(tiny["full_content_json"])["rating"] == 3.0
+    assert counts["ratings_capped"] == 1
+    # 12 entities: the root keeps its 9; groups of 5 (10 edges) and 3 entities are capped at 7 and 5
+    entities, relationships, comms = hand_made({"A": 5, "B": 4, "C": 3}, [("A", "B"), ("B", "C")])
+    counts = {}
+    reports, _ = run(comms, entities, relationships, answering(report_of([], rating=9.0)), budget=100_000,
+                     counts=counts)
+    assert reports.set_index("community")["rank"].to_dict() == {0: 9.0, 1: 7.0, 2: 5.0, 3: 5.0}
+    assert counts["ratings_capped"] == 3
+
+
+def test_single_entity_and_carried_reports_are_not_checked():
+    entities, relationships = graph(long=False)
+    comms = build_communities(entities, relationships, max_cluster_size=5, seed=1)
+    counts: dict[str, int] = {}
+    reports, _ = run(comms, entities, relationships, Reporter(), budget=2000, counts=counts)
+    written = llm_written(reports)
+    assert counts["reports_checked"] == len(written) < len(reports)
+    # the reporter cites a record of each context: nothing is dropped, single-entity reports keep theirs
+    assert counts["findings_kept"] == counts["findings_written"] == 6 * len(written)
+    assert (reports["findings"].map(len) > 0).all()
+
+
+# The context of a community as community_reports renders it, for the checks' unit tests.
+CONTEXT = """-----Entities-----
+id,entity,type,description,degree
+5,ASCAP,organization,"ASCAP is a society of composers, authors and publishers.",1
+7,JOHN SMITH,person,John Smith is a composer from Chicago who wrote three symphonies.,12
+
+-----Claims-----
+id,entity,object,type,status,period,description
+2,JOHN SMITH,ASCAP,MEMBERSHIP,TRUE,1947-03-01 - 1947-03-01,John Smith became a member of ASCAP.
+
+-----Relationships-----
+id,source,target,description,combined_degree
+23,JOHN SMITH,ASCAP,John Smith joined ASCAP in 1947.,13"""
+
+COMPOSED = """-----Sub-community reports-----
+## Report 12: Composers of New York
+The composers of New York wrote 1,500 songs, 孙悟空 among them.
+- Songs: A great deal of songs [Data: Relationships (77); Entities (99)]"""
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Smith [Data: Entities (5, 7); Relationships (23, 41); Claims (2)].",
+     "Smith [Data: Entities (5, 7); Relationships (23); Claims (2)]."),
+    ("Smith [Entities(5,7)].", "Smith [Data: Entities (5, 7)]."),                 # no "Data:", no spaces
+    ("Smith [Data: Entity (5), Relationship (23, +more)]", "Smith [Data: Entities (5); Relationships (23, +more)]"),
+    ("Smith【数据：实体（5，7）；关系（23）】。", "Smith[Data: Entities (5, 7); Relationships (23)]。"),
+    ("Smith (Entity 5) is a composer.", "Smith [Data: Entities (5)] is a composer."),
+    ("Smith is a composer (Data: Entities (5, 99)).", "Smith is a composer [Data: Entities (5)]."),
+    ("Smith is a composer. Data: Entities (5, 7)", "Smith is a composer. [Data: Entities (5, 7)]"),
+    ("[Data: Entities (5, 7, 5, +more)]", "[Data: Entities (5, 7, +more)]"),
+    ("Born (1947) in Chicago [sic] (see Entities (7)).", "Born (1947) in Chicago [sic] (see [Data: Entities (7)])."),
+    ("Nothing valid [Data: Entities (1, 2); Events (3)] here.", "Nothing valid here."),
+])
+def test_citation_variants_are_read_and_rewritten_with_valid_ids_only(text, expected):
+    assert report_checks.rewrite_citations(text, report_checks.read_context(CONTEXT).ids).text == expected
+
+
+def test_context_ids_and_evidence():
+    ctx = report_checks.read_context(CONTEXT + "\n\n" + COMPOSED)
+    assert ctx.ids == {"Entities": {5, 7, 99}, "Relationships": {23, 77}, "Claims": {2}, "Reports": {12}}
+    # the id and degree columns support no statement: "12" is John Smith's degree, "13" a combined degree
+    assert 12.0 not in ctx.numbers and 13.0 not in ctx.numbers and {1947.0, 1500.0, 3.0} <= ctx.numbers
+
+
+@pytest.mark.parametrize("summary, explanation, bookkeeping", [
+    ("Degree of connection: 3", "ASCAP is linked to Smith.", True),
+    ("ASCAP", "The entity has a degree of 5.", True),
+    ("Collaboration", "The combined degree of both teams is 12, indicating strong collaboration.", True),
+    ("ASCAP", "ASCAP is the entity with id 5.", True),
+    ("-----Entities-----", "ASCAP, JOHN SMITH", True),
+    ("数据", "该实体的度数为3。", True),
+    # real findings that only mention a degree, or the word
+    ("Dulce Base", "Its degree of influence is high, so it matters to the operation.", False),
+    ("Smith's studies", "Smith earned a degree in music in 1947.", False),
+    ("ASCAP", "ASCAP is a society. Smith joined it in 1947. It has members. It has a degree of 1.", False),
+])
+def test_bookkeeping_findings(summary, explanation, bookkeeping):
+    assert report_checks.is_bookkeeping(summary, explanation) is bookkeeping
+
+
+@pytest.mark.parametrize("text, unsupported", [
+    ("ASCAP was founded in 1947 and currently has over 1 million members.", ["1 million"]),
+    ("ASCAP was founded in 1947.", []),                    # a number check alone passes it
+    ("Smith wrote 3 symphonies and joined in March 1947.", []),  # three, and the claim's date 1947-03
+    ("Smith joined in May 1950.", ["1950", "May"]),
+    ("Smith joined ASCAP in 1947 with 2 entities and 1 relationship in the data.", []),  # row counts
+    ("Smith has a degree of 12.", ["12"]),
+    ("Smith wrote one million songs.", ["one million"]),
+    ("史密斯于1947年加入。", []),
+    ("史密斯于1950年加入，会员超过3万人。", ["1950", "3万"]),
+    ("C0N1 and E3.2 are names, not numbers.", []),
+    ("As Report 12 and Entity 7 say, Smith joined in 1947.", []),  # a record's number is no statement
+])
+def test_numbers_and_dates_must_occur_in_the_context(text, unsupported):
+    ctx = report_checks.read_context(CONTEXT)
+    assert report_checks.unsupported(text, ctx) == unsupported
+
+
+def test_unknown_names_are_flagged():
+    ctx = report_checks.read_context(CONTEXT + "\n\n" + COMPOSED)
+    assert report_checks.unknown_names("The composer John Smith joined ASCAP in Chicago.", ctx) == []
+    assert report_checks.unknown_names("Dr. John Smith met the Composers of New York.", ctx) == []
+    assert report_checks.unknown_names("John Smith met Leonard Bernstein. The Board agreed.",
+                                       ctx) == ["Leonard Bernstein"]
+    assert report_checks.unknown_names("“孙悟空”与《西游记》", ctx) == ["西游记"]

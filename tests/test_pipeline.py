@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from mock_llm import MockServer, start_mock_server
 from sensegraph.cli import main as cli_main
 from sensegraph.config import SettingsError, load_settings
+from sensegraph.index import community_reports, report_checks
 from sensegraph.index.pipeline import IndexFailed, run_index
 from sensegraph.prompts import load_prompt
 from sensegraph.store.tables import TABLES, read_table
@@ -235,6 +236,15 @@ def test_full_index_tables_and_invariants(tmp_path, server):
             assert key in entry, (step, key)
         assert entry["calls"] > 0 and entry["prompt_tokens"] > 0
     assert stats["steps"]["extract"]["calls"] >= len(units)  # one call per unit at least (+ gleaning)
+    # what the checks of the report answers dropped, and why (report_checks.py)
+    checks = stats["steps"]["community_reports"]["checks"]
+    assert set(checks) == set(report_checks.COUNTS) and checks["reports_checked"] > 0
+    assert checks["findings_written"] == sum(checks[k] for k in (
+        "findings_kept", "findings_bookkeeping", "findings_uncited", "findings_unsupported"))
+    written = reports[~reports["carried"]
+                      & (reports["rating_explanation"] != community_reports.SINGLE_ENTITY_EXPLANATION["en"])]
+    assert checks["reports_checked"] == len(written)
+    assert checks["findings_kept"] == written["findings"].map(len).sum()
     # the server saw exactly the requests the stats count
     assert server.stats["requests"] == stats["llm"]["total"]["requests"]
 

@@ -13,7 +13,10 @@ because a higher community may be composed from its sub-communities' reports:
   the report of the community they copy, at no cost.
 
 A report that fails after the client's retries is returned in the failure list and gets no
-row; its parent is then built from that child's raw elements.
+row; its parent is then built from that child's raw elements. Each answer is checked against
+its context in code (report_checks.py): findings that cite nothing valid, restate bookkeeping or
+hold numbers the context does not are dropped, the rating is capped by the community's size,
+and the counts go to the caller's `counts`.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import io
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +40,7 @@ from ..llm import ChatClient, LLMError
 from ..prompts import load_prompt, render, to_messages
 from ..store.tables import content_id
 from ..tokens import count_tokens, truncate
+from . import report_checks
 
 COLUMNS = [
     "id", "human_readable_id", "community", "level", "parent", "children", "title", "summary",
@@ -338,6 +343,15 @@ def _clean(report: Report) -> Report:
     )
 
 
+def _checked(report: Report, context: str, c: _Community, counts: Counter[str]) -> Report:
+    checked = report_checks.check_report(
+        report.summary, report.rating, [(f.summary, f.explanation) for f in report.findings], context,
+        entities=len(c.titles), relationships=len(c.edge_ids), counts=counts)
+    return Report(title=report.title, summary=checked.summary, rating=checked.rating,
+                  rating_explanation=report.rating_explanation,
+                  findings=[Finding(summary=s, explanation=e) for s, e in checked.findings])
+
+
 def _row_of(c: _Community, report: Report, context_tokens: int, used_sub: bool, today: str) -> dict[str, Any]:
     content_json = json.dumps(report.model_dump(), ensure_ascii=False, indent=2)
     return {
@@ -409,9 +423,14 @@ async def write_reports(
     settings: Settings,
     language: str,
     advance: Callable[[int], None] | None = None,
+    counts: dict[str, int] | None = None,
 ) -> tuple[pd.DataFrame, list[str]]:
     """Write one report per community, deepest level first. Returns the community_reports table
-    and the communities (numbers, as strings) whose report failed, carried copies included."""
+    and the communities (numbers, as strings) whose report failed, carried copies included.
+    `counts` is given what the checks of the answers dropped (report_checks.COUNTS)."""
+    checks = report_checks.new_counts()
+    if counts is not None:
+        counts.update(checks)  # zeros, for a table with no community
     if communities.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS}), []
     el = _elements(entities, relationships, covariates)
@@ -461,7 +480,7 @@ async def write_reports(
         except LLMError:
             failed.append(c.number)  # the client recorded it in usage too
         else:
-            report = _clean(report)
+            report = _checked(_clean(report), context, c, checks)
             reports[c.number] = report
             rows[c.number] = _row_of(c, report, count_tokens(context), used_sub, today)
         if advance:
@@ -486,4 +505,6 @@ async def write_reports(
             advance(1)
 
     table = pd.DataFrame([rows[n] for n in sorted(rows)], columns=COLUMNS)
+    if counts is not None:
+        counts.update(checks)
     return table, [str(n) for n in sorted(failed)]
