@@ -103,7 +103,8 @@ def score(doc: dict, names: list[str], pairs: set[frozenset[str]]) -> dict[str, 
             "extracted": len(names), "real": len(real), "gold_pairs": len(gold_pairs), "found_pairs": joined}
 
 
-def graph_shape(extraction, units: pd.DataFrame, cooccurrence_weight: float = 0.0) -> dict[str, float]:
+def graph_shape(extraction, units: pd.DataFrame, cooccurrence_weight: float = 0.0,
+                language: str = "en") -> dict[str, float]:
     """Root communities per 100 entities and the share without a relationship; with
     `cooccurrence_weight` the index's weak co-occurrence edges are added first, as it does."""
     merged = merge_instances(extraction)
@@ -118,7 +119,7 @@ def graph_shape(extraction, units: pd.DataFrame, cooccurrence_weight: float = 0.
     if entities.empty:
         return {"entities": 0, "roots_per_100": 0.0, "singletons": 0.0}
     if cooccurrence_weight:
-        weak = cooccurrence_edges(entities, relationships, units, weight=cooccurrence_weight, language="en")
+        weak = cooccurrence_edges(entities, relationships, units, weight=cooccurrence_weight, language=language)
         relationships = pd.concat([relationships, weak[relationships.columns]], ignore_index=True)
     comms = build_communities(entities, relationships, max_cluster_size=10, seed=0xDEADBEEF)
     linked = set(relationships["source"]) | set(relationships["target"])
@@ -194,6 +195,45 @@ def chinese(settings) -> None:
               f"relationships {st['relationships_dropped']}")
 
 
+def project(root: Path) -> None:
+    """The graph shape of an indexed project, its answers judged raw / checked / with NER (the
+    extraction answers come from the project's cache: an index already built costs no call)."""
+    from sensegraph.language import resolve_language
+    from sensegraph.store.tables import read_table
+
+    settings = load_settings(root, env={})
+    units = read_table(root / "output", "text_units")[["id", "text"]]
+    language = resolve_language(settings.language, units["text"])
+    rows = {}
+    for label, checks, ner in (("raw", False, False), ("checked", True, False), ("ner", True, settings.extraction.ner)):
+        run_settings = settings.model_copy(update={"extraction": settings.extraction.model_copy(
+            update={"grounding": checks and settings.extraction.grounding, "ner": ner,
+                    "drop_generic": checks and settings.extraction.drop_generic})})
+
+        async def run(run_settings=run_settings):
+            cache = open_cache(run_settings)
+            llm = open_chat(run_settings, cache=cache)
+            try:
+                ex = await extract_graph(units, llm, settings=run_settings, language=language)
+                return await add_missed_names(ex, units, settings=run_settings, language=language), llm.usage
+            finally:
+                await llm.aclose()
+                if cache is not None:
+                    cache.close()
+
+        extraction, usage = asyncio.run(run())
+        shape = graph_shape(extraction, units, settings.communities.cooccurrence_weight if checks else 0.0, language)
+        calls = usage.total()
+        rows[label] = shape
+        print(f"{label}: {calls.calls} calls (+{calls.cache_hits} cached); {shape['entities']} entities, "
+              f"{shape['roots_per_100']:.1f} root communities per 100 entities "
+              f"({round(shape['roots_per_100'] * shape['entities'] / 100)} roots), "
+              f"{shape['singletons']:.2f} without an edge; stats: "
+              + ", ".join(f"{k} {extraction.stats.get(k, 0)}" for k in
+                          ("names_ungrounded", "names_generic", "names_clause", "relationships_dropped",
+                           "names_from_ner")))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=30)
@@ -204,6 +244,8 @@ def main() -> None:
     ap.add_argument("--prompts", default=None, help="a project folder whose prompts/ (e.g. from prompt-tune) to use")
     ap.add_argument("--workdir", default="/tmp/sensegraph-redocred")
     ap.add_argument("--chinese", action="store_true", help="chapter 1 of Journey to the West against our gold list instead")
+    ap.add_argument("--project", default=None,
+                    help="an indexed project instead: its text units, settings and cache; graph shape only (no gold)")
     args = ap.parse_args()
     docs = load(args.docs, args.seed)
     root = Path(args.prompts) if args.prompts else Path(args.workdir)
@@ -214,6 +256,9 @@ def main() -> None:
                                               "cache": {"dir": str(Path(args.workdir) / "cache")}}, env={})
     if args.chinese:
         chinese(settings)
+        return
+    if args.project:
+        project(Path(args.project))
         return
     units = pd.DataFrame({"id": [f"doc{i}" for i in range(len(docs))], "text": [detokenise(d["sents"]) for d in docs]})
     model = f"{args.model} at {args.base_url}" if args.base_url else f"embedded {args.size}"
