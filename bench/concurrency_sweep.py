@@ -9,6 +9,7 @@ report waiting for its sub-reports) and the client's own CPU.
 
     python bench/concurrency_sweep.py                         # 200 transcripts, 300 ms, 1 5 10 25 50
     python bench/concurrency_sweep.py --limit 1669 --concurrency 25   # the whole corpus
+    python bench/concurrency_sweep.py --concurrency 25 --answer-scale 3   # a mock 3x as verbose
 """
 from __future__ import annotations
 
@@ -33,11 +34,13 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=200, help="first N transcripts (1669 = all)")
     ap.add_argument("--latency", type=float, default=0.3, help="mock seconds per answer")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 5, 10, 25, 50])
+    ap.add_argument("--answer-scale", type=float, default=1.0,
+                    help="the mock's answers this many times longer (more sentences and list items)")
     args = ap.parse_args()
     if not CORPUS.exists():
         sys.exit(f"corpus not found: {CORPUS}")
     rows = []
-    with mock_server_process(args.latency) as server:
+    with mock_server_process(args.latency, answer_scale=args.answer_scale) as server:
         for c in args.concurrency:
             tmp = Path(tempfile.mkdtemp(prefix="sg-sweep-"))
             try:
@@ -55,7 +58,8 @@ def main() -> None:
                 print(f"  concurrency {c}: {r['wall']:.1f} s, {r['requests']} requests", flush=True)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\n{n_docs} podcast transcripts, mock latency {args.latency * 1000:.0f} ms, cache off")
+    print(f"\n{n_docs} podcast transcripts, mock latency {args.latency * 1000:.0f} ms, cache off"
+          + (f", answers x{args.answer_scale:g}" if args.answer_scale != 1.0 else ""))
     head = f"{'concurrency':>11} {'wall s':>8} {'requests':>9} {'req/s':>8} {'ideal':>8} {'share':>6} " \
            f"{'CPU ms/req':>10} {'peak RSS MB':>11}"
     print(head)

@@ -16,16 +16,25 @@ mock server competes for the same CPU, and wall time includes its share.
     python bench/index_overhead.py --limit 200        # first 200 transcripts
     python bench/index_overhead.py --limit 200 --profile   # + cProfile top functions
     python bench/index_overhead.py --latency 0.2 --concurrency 25
+    python bench/index_overhead.py --latency 0.3 --concurrency 25 --answer-scale 3   # a verbose model
+    python bench/index_overhead.py --copies 8          # the corpus 8 times, entities renamed per copy
+
+Memory: `--copies K` indexes the corpus K times over, each copy's proper nouns renamed (a
+per-copy suffix: "Kevin Scott" -> "Kevinar Scottar"), so the copies' entities do not merge and the
+graph grows with the corpus as a K times larger corpus's would. The worker samples its resident
+memory every 20 ms and reports the peak of each step beside stats.json's high-water marks.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -38,16 +47,105 @@ GOAL_OVERHEAD_S = 120.0
 GOAL_RSS_MB = 2048.0
 
 
-def extract_corpus(dest: Path, limit: int | None) -> int:
-    """Unzip the first `limit` transcripts (sorted by name, so --limit is stable) into dest."""
+_WORD = re.compile(r"\b[A-Za-z][a-z]*\b|\b[A-Z]+\b")
+_SYLLABLES = ("ar", "en", "is", "ov", "ul", "ek", "im", "os", "an", "et", "ir", "uz")
+
+
+def copy_suffix(copy: int) -> str:
+    """The suffix of copy `copy` (1, 2, ...): "ar", "en", ..., then two syllables ("enar" ...)."""
+    out, n = "", copy
+    while n > 0:
+        n, r = divmod(n - 1, len(_SYLLABLES))
+        out = _SYLLABLES[r] + out
+    return out
+
+
+def proper_nouns(texts: list[str]) -> set[str]:
+    """Capitalised words never written in lower case in the corpus: its names. Renaming these
+    (and only these) keeps every copy's common words and sentence openings ("The", "So") as
+    they are, so a copy differs from the original only in whom and what it names."""
+    capitalised, lower = set(), set()
+    for t in texts:
+        for w in _WORD.findall(t):
+            (lower if w.islower() else capitalised).add(w)
+    return {w for w in capitalised if len(w) > 1 and w.lower() not in lower}
+
+
+def rename(text: str, names: set[str], copy: int) -> str:
+    if copy == 0:
+        return text
+    suffix = copy_suffix(copy)
+
+    def sub(m: re.Match) -> str:
+        w = m.group(0)
+        if w not in names:
+            return w
+        return w + (suffix.upper() if w.isupper() else suffix)
+    return _WORD.sub(sub, text)
+
+
+def extract_corpus(dest: Path, limit: int | None, copies: int = 1) -> int:
+    """Unzip the first `limit` transcripts (sorted by name, so --limit is stable) into dest;
+    `copies` > 1 writes the corpus that many times, copy k's names renamed (`rename`)."""
     dest.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(CORPUS) as z:
         names = sorted(n for n in z.namelist() if n.endswith(".txt"))
         if limit:
             names = names[:limit]
-        for n in names:
-            (dest / Path(n).name).write_bytes(z.read(n))
-    return len(names)
+        texts = [z.read(n).decode("utf-8") for n in names]
+    nouns = proper_nouns(texts) if copies > 1 else set()
+    for k in range(copies):
+        for n, text in zip(names, texts):
+            name = Path(n).name if k == 0 else f"copy{k}_{rename(Path(n).name, nouns, k)}"
+            (dest / name).write_text(rename(text, nouns, k), encoding="utf-8")
+    return len(names) * copies
+
+
+class MemorySampler:
+    """Resident memory every `interval` s in a thread, peak per pipeline step (the step running
+    is set by a wrapper around Steps.run). Reading /proc/self/statm costs a few microseconds."""
+
+    def __init__(self, interval: float = 0.02):
+        import os
+
+        self.interval = interval
+        self.page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20
+        self.step = "start"
+        self.peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def rss_mb(self) -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page_mb
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            rss = self.rss_mb()
+            if rss > self.peaks.get(self.step, 0.0):
+                self.peaks[self.step] = rss
+
+    def watch_steps(self) -> None:
+        from sensegraph.index.steps import Steps
+
+        run = Steps.run
+        sampler = self
+
+        async def watched(self, name, fn, **kw):  # noqa: ANN001 - same signature as Steps.run
+            sampler.step = name
+            try:
+                return await run(self, name, fn, **kw)
+            finally:
+                sampler.step = f"after {name}"  # the pipeline's work between steps
+        Steps.run = watched
+
+    def __enter__(self) -> "MemorySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def worker(root: str, profile: str | None) -> None:
@@ -58,17 +156,21 @@ def worker(root: str, profile: str | None) -> None:
     from sensegraph.index.pipeline import run_index
 
     settings = load_settings(root, env={})
+    sampler = MemorySampler()
+    sampler.watch_steps()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    start_rss = sampler.rss_mb()
     t0 = time.perf_counter()
     coro = run_index(settings, cache=False, allow_partial=True, log=lambda m: None)
-    if profile:
-        import cProfile
+    with sampler:
+        if profile:
+            import cProfile
 
-        prof = cProfile.Profile()
-        result = prof.runcall(asyncio.run, coro)
-        prof.dump_stats(profile)
-    else:
-        result = asyncio.run(coro)
+            prof = cProfile.Profile()
+            result = prof.runcall(asyncio.run, coro)
+            prof.dump_stats(profile)
+        else:
+            result = asyncio.run(coro)
     wall = time.perf_counter() - t0
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     total = result.stats["llm"]["total"]
@@ -78,6 +180,8 @@ def worker(root: str, profile: str | None) -> None:
         "user": ru1.ru_utime - ru0.ru_utime,
         "sys": ru1.ru_stime - ru0.ru_stime,
         "peak_rss_mb": ru1.ru_maxrss / 1024,  # Linux reports KiB
+        "start_rss_mb": start_rss,  # after imports, before the index
+        "step_peak_rss_mb": {k: round(v) for k, v in sampler.peaks.items()},
         "calls": total["calls"],
         "requests": total.get("requests", total["calls"]),
         "failures": sum(len(v) for v in result.stats["failures"].values()),
@@ -92,6 +196,7 @@ def worker(root: str, profile: str | None) -> None:
 
 
 def write_settings(root: Path, base_url: str, concurrency: int) -> None:
+    """Chat and embeddings against the mock, cache off."""
     endpoint = (f"  provider: openai\n  model: mock\n  base_url: {base_url}\n  api_key: x\n"
                 f"  concurrency: {concurrency}\n  retry_base_seconds: 0.01\n")
     (root / "settings.yaml").write_text(
@@ -113,6 +218,10 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="only the first N transcripts")
     ap.add_argument("--concurrency", type=int, default=25)
     ap.add_argument("--latency", type=float, default=0.0, help="mock server seconds per answer")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="index the corpus this many times over, each copy's names renamed (memory at scale)")
+    ap.add_argument("--answer-scale", type=float, default=1.0,
+                    help="the mock's answers this many times longer (more sentences and list items)")
     ap.add_argument("--profile", action="store_true", help="run the worker under cProfile and print top costs")
     ap.add_argument("--keep", action="store_true", help="keep the temporary project folder")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -126,8 +235,8 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="sg-bench-"))
     try:
-        with mock_server_process(args.latency) as server:
-            n_docs = extract_corpus(tmp / "input", args.limit)
+        with mock_server_process(args.latency, answer_scale=args.answer_scale) as server:
+            n_docs = extract_corpus(tmp / "input", args.limit, args.copies)
             write_settings(tmp, server.base_url, args.concurrency)
             prof_path = str(tmp / "profile.out") if args.profile else None
             cmd = [sys.executable, __file__, "--worker", str(tmp)] + (["--profile-out", prof_path] if prof_path else [])
@@ -154,17 +263,19 @@ def report(r: dict, args: argparse.Namespace, n_docs: int, outer_wall: float, se
     llm_wait = r["calls"] * args.latency / args.concurrency
     outside = r["wall"] - llm_wait
     rows = [
-        ("transcripts / corpus tokens", f"{n_docs} / {r['tokens']:,}"),
+        ("transcripts / corpus tokens", f"{n_docs} / {r['tokens']:,}"
+         + (f"  ({args.copies} renamed copies)" if args.copies > 1 else "")),
         ("text units / entities / relationships / communities",
          f"{r['text_units']} / {r['entities']} / {r['relationships']} / {r['communities']}"),
-        ("concurrency / mock latency", f"{args.concurrency} / {args.latency * 1000:.0f} ms"),
+        ("concurrency / mock latency", f"{args.concurrency} / {args.latency * 1000:.0f} ms"
+         + (f", answers x{args.answer_scale:g}" if args.answer_scale != 1.0 else "")),
         ("LLM calls (chat + embedding batches)", f"{r['calls']:,}" + (f"  ({r['failures']} failed)" if r["failures"] else "")),
         ("wall time", f"{r['wall']:.1f} s   (subprocess incl. imports: {outer_wall:.1f} s)"),
         ("client CPU user+sys", f"{r['cpu']:.1f} s   (user {r['user']:.1f}, sys {r['sys']:.1f})"),
         ("CPU ms per LLM call", f"{1000 * r['cpu'] / max(1, r['calls']):.2f}"),
         ("mock server CPU (other process)", f"{server_cpu:.1f} s"),
         ("time outside LLM waits", f"{outside:.1f} s   (wall - calls x latency / concurrency)"),
-        ("peak RSS", f"{r['peak_rss_mb']:.0f} MB"),
+        ("peak RSS", f"{r['peak_rss_mb']:.0f} MB   (after imports: {r['start_rss_mb']:.0f} MB)"),
     ]
     if args.latency > 0:
         # The best any client can do: every one of `concurrency` connections always busy.
@@ -173,13 +284,17 @@ def report(r: dict, args: argparse.Namespace, n_docs: int, outer_wall: float, se
         rows.append(("achieved / ideal requests per s",
                      f"{achieved:.1f} / {ideal:.1f} = {achieved / ideal:.2f} of ideal"))
     w = max(len(k) for k, _ in rows)
-    print(f"\nsensegraph index overhead ({'first ' + str(args.limit) if args.limit else 'whole'} podcast corpus)")
+    corpus = ('first ' + str(args.limit) if args.limit else 'whole') + " podcast corpus" + \
+        (f" x{args.copies}" if args.copies > 1 else "")
+    print(f"\nsensegraph index overhead ({corpus})")
     print("-" * (w + 40))
     for k, v in rows:
         print(f"{k:<{w}}  {v}")
     print("-" * (w + 40))
     print("per step (s, calls): " + ", ".join(f"{k} {v['seconds']:.1f}s/{v['calls'] or 0}"
                                                for k, v in r["steps"].items()))
+    print("peak RSS per step (MB, sampled every 20 ms): " + ", ".join(
+        f"{k} {v}" for k, v in r["step_peak_rss_mb"].items()))
     overhead = r["cpu"] if args.latency == 0 else outside
     print(f"overhead figure: {overhead:.1f} s (goal < {GOAL_OVERHEAD_S:.0f} s for the whole corpus); "
           f"peak RSS {r['peak_rss_mb']:.0f} MB (goal < {GOAL_RSS_MB:.0f} MB)")

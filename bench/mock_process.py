@@ -51,10 +51,13 @@ class MockProcess:
 
 
 @contextmanager
-def mock_server_process(latency: float = 0.0, *args: str) -> Iterator[MockProcess]:
-    """`args`: more options of tests/mock_llm.py, e.g. "--yes-rate", "0.3"."""
+def mock_server_process(latency: float = 0.0, *args: str, answer_scale: float = 1.0) -> Iterator[MockProcess]:
+    """`args`: more options of tests/mock_llm.py, e.g. "--yes-rate", "0.3"; `answer_scale`: answers
+    that many times longer (a model more verbose than the mock)."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(MOCK), "--port", str(port), "--latency", str(latency), *args],
+    scale = ["--answer-scale", str(answer_scale)] if answer_scale != 1.0 else []
+    server = subprocess.Popen([sys.executable, str(MOCK), "--port", str(port), "--latency", str(latency), *scale,
+                               *args],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port)

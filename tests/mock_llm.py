@@ -65,7 +65,7 @@ def _last_user(body: dict[str, Any]) -> str:
     return ""
 
 
-def _phrases(text: str) -> list[str]:
+def _phrases(text: str, most: int = 16) -> list[str]:
     """Capitalised phrases and Han runs of the text, in order of first appearance."""
     out: dict[str, None] = {}
     for m in _CAPITALISED.finditer(text):
@@ -75,37 +75,51 @@ def _phrases(text: str) -> list[str]:
         p = " ".join(words)
         if len(p) > 1:
             out.setdefault(p, None)
-        if len(out) >= 16:
+        if len(out) >= most:
             break
-    if len(out) < 16:
+    if len(out) < most:
         for m in _HAN.finditer(text):
             out.setdefault(m.group(0), None)
-            if len(out) >= 16:
+            if len(out) >= most:
                 break
     return list(out) or ["Unknown"]
 
 
-def _window(text: str, phrase: str, width: int = 160) -> str:
-    """A stretch of the input around `phrase`: a description that really comes from the text."""
+def _sentence_end(s: str, start: int) -> int:
+    return min((j for j in (s.find(". ", start), s.find("。", start), s.find("\n", start)) if j > start),
+               default=-1)
+
+
+def _window(text: str, phrase: str, width: int = 160, sentences: int = 1) -> str:
+    """A stretch of the input around `phrase`: a description that really comes from the text,
+    `sentences` sentences of it at most (within `width` characters)."""
     i = max(0, text.find(phrase))
     s = text[i:i + width]
-    end = min((j for j in (s.find(". "), s.find("。"), s.find("\n")) if j > 0), default=-1)
-    s = " ".join((s[:end + 1] if end > 0 else s).split())
+    end = 0
+    for _ in range(sentences):
+        nxt = _sentence_end(s, end)
+        if nxt < 0:
+            break
+        end = nxt + 1
+    s = " ".join((s[:end] if end > 0 else s).split())
     return s or phrase
 
 
 class _Gen:
     """Builds a schema instance from text; `rng` makes choices depend on the request body."""
 
-    def __init__(self, text: str, rng: random.Random, yes_rate: float = 0.0):
+    def __init__(self, text: str, rng: random.Random, yes_rate: float = 0.0, scale: float = 1.0):
         self.text = text
         self.rng = rng
         self.yes_rate = yes_rate
+        # answer_scale: texts `scale` times longer, `scale` times more items per list (to maxItems)
+        self.scale = scale
         # With yes_rate set the mock also reads the ids of the prompt's `id|text` table rows and
         # cites those (a mock that answers about its context, as benchmarks of retrieval need).
         self.rows = [int(m) for m in re.findall(r"(?m)^(\d+)\|", text)] if yes_rate else []
-        self.phrases = _phrases(text)
-        self.k = max(1, min(4, len(self.phrases)))  # items per array: entity i <-> relationship i
+        self.phrases = _phrases(text, _scaled(16, scale))
+        self.items = _scaled(4, scale)
+        self.k = max(1, min(self.items, len(self.phrases)))  # items per array: entity i <-> relationship i
 
     def value(self, schema: Any, field: str = "", i: int = 0) -> Any:
         if not isinstance(schema, dict):
@@ -128,7 +142,7 @@ class _Gen:
             return {k: self.value(v, k, i) for k, v in props.items()}
         if t == "array":
             lo = max(1, int(schema.get("minItems", 1)))
-            hi = min(max(lo, 4), int(schema.get("maxItems", 4)))
+            hi = min(max(lo, self.items), int(schema.get("maxItems", self.items)))
             n = max(lo, min(hi, self.k))
             return [self.value(schema.get("items", {}), field, j) for j in range(n)]
         if t == "string":
@@ -152,7 +166,7 @@ class _Gen:
         elif any(field == f or field.endswith("_" + f) for f in _NAME_FIELDS) or field.endswith("_id"):
             s = p[i % self.k]
         elif any(f in field for f in _TEXT_FIELDS):
-            s = _window(self.text, p[i % self.k])
+            s = _scaled_window(self.text, p[i % self.k], 160, self.scale)
         elif field in ("status",):
             s = ("TRUE", "FALSE", "SUSPECTED")[i % 3]
         elif "date" in field or "period" in field:
@@ -183,6 +197,17 @@ class _Gen:
             lo, hi = math.ceil(lo), math.floor(hi)
             return self.rng.randint(lo, max(lo, hi))
         return round(lo + (hi - lo) * self.rng.random(), 3)
+
+
+def _scaled(n: int, scale: float) -> int:
+    return max(1, round(n * scale))
+
+
+def _scaled_window(text: str, phrase: str, width: int, scale: float) -> str:
+    """`scale` times the usual window: as many sentences, in as many characters."""
+    if scale == 1.0:
+        return _window(text, phrase, width)
+    return _window(text, phrase, _scaled(width, scale), _scaled(1, scale))
 
 
 def _break(instance: Any, schema: dict[str, Any]) -> Any:
@@ -219,8 +244,10 @@ def _wants_json(body: dict[str, Any]) -> bool:
     return bool(body.get("response_format")) or _hint_schema(body) is not None
 
 
-def _chat_answer(body: dict[str, Any], digest: bytes, fault: str, yes_rate: float = 0.0) -> tuple[str, str]:
-    """(content, finish_reason) for a chat request."""
+def _chat_answer(body: dict[str, Any], digest: bytes, fault: str, yes_rate: float = 0.0,
+                 answer_scale: float = 1.0) -> tuple[str, str]:
+    """(content, finish_reason) for a chat request; `answer_scale` > 1 writes longer answers
+    (texts of that many sentences, that many times more list items up to maxItems)."""
     text = _last_user(body)
     rng = random.Random(digest)
     rf = body.get("response_format") or {}
@@ -234,14 +261,14 @@ def _chat_answer(body: dict[str, Any], digest: bytes, fault: str, yes_rate: floa
     if fault == "empty":
         return "", "stop"
     if schema is None:
-        phrases = _phrases(text)[:3]
-        content = f"About {', '.join(phrases)}: {_window(text, phrases[0], 200)}"
+        phrases = _phrases(text)[:_scaled(3, answer_scale)]
+        content = f"About {', '.join(phrases)}: {_scaled_window(text, phrases[0], 200, answer_scale)}"
         if fault == "length":
             return content[: len(content) // 2], "length"
         # ("truncated" plain text is cut in transfer by _chat: a shorter text that claims to be
         # complete would be a different answer, not a fault any client could notice.)
         return content, "stop"
-    instance = _Gen(text, rng, yes_rate).value(schema)
+    instance = _Gen(text, rng, yes_rate, answer_scale).value(schema)
     if fault == "invalid":
         instance = _break(instance, schema)
     content = json.dumps(instance, ensure_ascii=False)
@@ -273,7 +300,8 @@ class MockServer:
     def __init__(self, *, latency: float = 0.0, faults: dict[str, float] | None = None,
                  script: list[str] | None = None, seed: int = 0, host: str = "127.0.0.1", port: int = 0,
                  reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
-                 api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0):
+                 api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0,
+                 answer_scale: float = 1.0):
         unknown = set(faults or {}) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)}; allowed: {', '.join(FAULTS)}")
@@ -290,6 +318,8 @@ class MockServer:
         self.api_key = api_key
         # Share of boolean fields (other than gleaning's "missed") answered true.
         self.yes_rate = yes_rate
+        # Answers this many times longer (benchmarks: a model more verbose than this mock).
+        self.answer_scale = answer_scale
         # At most this many requests are worked on at once (0 = no limit); the rest queue, like
         # a GPU server at its batch limit, so latency grows with the queue instead of staying flat.
         self.batch_limit = batch_limit
@@ -518,8 +548,10 @@ class MockServer:
                 self._in_flight -= 1
 
     def _chat(self, writer: asyncio.StreamWriter, body: dict[str, Any], digest: bytes, fault: str) -> None:
-        # (tests replace _chat_answer with three-argument versions: pass yes_rate only when set)
-        content, finish = _chat_answer(body, digest, fault, **({"yes_rate": self.yes_rate} if self.yes_rate else {}))
+        # (tests replace _chat_answer with three-argument versions: pass options only when set)
+        options = {**({"yes_rate": self.yes_rate} if self.yes_rate else {}),
+                   **({"answer_scale": self.answer_scale} if self.answer_scale != 1.0 else {})}
+        content, finish = _chat_answer(body, digest, fault, **options)
         prompt = sum(_tokens(m.get("content") or "") for m in body.get("messages") or []
                      if isinstance(m.get("content"), str))
         usage = {"prompt_tokens": prompt, "completion_tokens": _tokens(content),
@@ -601,7 +633,8 @@ def _error(message: str, etype: str) -> dict[str, Any]:
 def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None = None,
                       script: list[str] | None = None, seed: int = 0, port: int = 0,
                       reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
-                      api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0) -> MockServer:
+                      api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0,
+                      answer_scale: float = 1.0) -> MockServer:
     """Start a mock server in a background thread; use as a context manager or call `.stop()`.
 
     faults: rates per fault, e.g. {"429": 0.1, "hang": 0.01} (FAULTS lists them).
@@ -611,10 +644,13 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
     models: the model names served (listed by GET /models); others get 404. None: any name.
     api_key: if set, requests without `Authorization: Bearer <api_key>` get 401.
     batch_limit: at most this many requests are answered at once, the others queue (0 = no limit).
+    answer_scale: answers this many times longer: descriptions, summaries and report texts of
+            that many sentences, that many times more entities, relationships and findings per
+            answer (up to the schema's maxItems); 1 = the usual answers.
     """
     return MockServer(latency=latency, faults=faults, script=script, seed=seed, port=port,
                       reject_formats=reject_formats, models=models, api_key=api_key, yes_rate=yes_rate,
-                      batch_limit=batch_limit).start()
+                      batch_limit=batch_limit, answer_scale=answer_scale).start()
 
 
 def main() -> None:
@@ -629,6 +665,8 @@ def main() -> None:
     ap.add_argument("--models", default="", help="comma-separated model names served; others get 404")
     ap.add_argument("--api-key", default=None, help="require this bearer key (others get 401)")
     ap.add_argument("--batch-limit", type=int, default=0, help="requests answered at once; the rest queue (0 = no limit)")
+    ap.add_argument("--answer-scale", type=float, default=1.0,
+                    help="answers this many times longer (more sentences, more list items up to maxItems)")
     ap.add_argument("--yes-rate", type=float, default=0.0,
                     help="share of yes/no fields (relevance verdicts; not gleaning's 'missed') answered yes")
     args = ap.parse_args()
@@ -641,7 +679,8 @@ def main() -> None:
     server = start_mock_server(latency=args.latency, faults=faults, seed=args.seed, port=args.port,
                                reject_formats=tuple(x for x in args.reject.split(",") if x),
                                models=tuple(x for x in args.models.split(",") if x) or None,
-                               api_key=args.api_key, yes_rate=args.yes_rate, batch_limit=args.batch_limit)
+                               api_key=args.api_key, yes_rate=args.yes_rate, batch_limit=args.batch_limit,
+                               answer_scale=args.answer_scale)
     print(f"mock LLM at {server.base_url} (latency {args.latency}s, faults {faults or 'none'})", flush=True)
     try:
         while True:

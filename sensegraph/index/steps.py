@@ -171,6 +171,23 @@ class SettingsRecorder:
         raise AttributeError("a step must not change the settings")
 
 
+def memory_mb() -> dict[str, float]:
+    """The process's resident memory now (`rss_mb`) and its peak so far (`peak_rss_mb`), in MB,
+    from /proc (Linux); elsewhere only the peak, from getrusage. Recorded after each step: the
+    step during which the peak grew is the one that needed the memory."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        kib = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in status.splitlines())
+               if k in ("VmRSS", "VmHWM")}
+        return {"rss_mb": round(kib["VmRSS"] / 1024, 1), "peak_rss_mb": round(kib["VmHWM"] / 1024, 1)}
+    except (OSError, KeyError, ValueError):
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+        return {"peak_rss_mb": round(peak / (2**20 if sys.platform == "darwin" else 1024), 1)}
+
+
 # -- the runner -----------------------------------------------------------------------------------
 
 class Steps:
@@ -261,6 +278,7 @@ class Steps:
                 self._mark(name, output, {"settings": sorted(recorder.reads), "prompts": sorted(prompts)}, fps, paths)
         entry_stats.update(output.stats)
         entry_stats["seconds"] = round(time.perf_counter() - t0, 3)
+        entry_stats.update(memory_mb())
         return output
 
     def _entry(self, name: str) -> dict[str, Any] | None:
