@@ -30,12 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, Field, create_model, field_validator
 
 from ..config import Settings
 from ..llm import ChatClient, LLMError
 from ..prompts import load_prompt, render, to_messages
 from .grounding import UnitText, clause, generic, grounded, value_type
+from .windows import run_windowed, window_of
 
 ENTITY_COLUMNS = ["title", "type", "description", "text_unit_id", "round"]
 RELATIONSHIP_COLUMNS = ["source", "target", "description", "strength", "text_unit_id", "round"]
@@ -406,6 +409,45 @@ async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Sett
     return out
 
 
+class _Rows:
+    """The instance rows of finished units, as Arrow tables of up to BATCH_ROWS rows each
+    (columnar: a fraction of the size of the row dicts), every row with its unit's position;
+    `frame()` puts them in unit order, each unit's rows in the order they were made."""
+
+    BATCH_ROWS = 4096
+
+    def __init__(self, columns: list[str]):
+        self.columns = columns
+        self.schema = pa.schema([(c, pa.int64() if c in ("round", "strength") else pa.string())
+                                 for c in columns] + [("_position", pa.int64())])
+        self.rows: list[dict[str, Any]] = []
+        self.positions: list[int] = []
+        self.parts: list[pa.Table] = []
+        self.count = 0
+
+    def add(self, position: int, rows: list[dict[str, Any]]) -> None:
+        self.rows.extend(rows)
+        self.positions.extend([position] * len(rows))
+        self.count += len(rows)
+        if len(self.rows) >= self.BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.rows:
+            columns = {c: [r[c] for r in self.rows] for c in self.columns}
+            self.parts.append(pa.table({**columns, "_position": self.positions}, schema=self.schema))
+            self.rows, self.positions = [], []
+
+    def frame(self) -> pd.DataFrame:
+        self._flush()
+        if not self.parts:
+            return pd.DataFrame([], columns=self.columns)
+        table = pa.concat_tables(self.parts)
+        self.parts = []
+        table = table.take(pc.sort_indices(table, [("_position", "ascending")]))  # a stable sort
+        return table.drop(["_position"]).to_pandas()
+
+
 async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: Settings, language: str,
                         advance: Callable[[int], None] | None = None) -> ExtractionResult:
     """Entity, relationship (and, if configured, claim) instances of every text unit.
@@ -420,7 +462,11 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
     units_partial (failed units that still gave records); types_mapped (entity types taken as a
     variant of a configured type) and types_to_catch_all (given `catch_all_type`); example_leaks,
     names_ungrounded, names_generic, names_clause and relationships_dropped (records dropped by
-    the checks against the unit's text, grounding.py); types_from_value (dates and amounts)."""
+    the checks against the unit's text, grounding.py); types_from_value (dates and amounts).
+
+    At most `windows.window_of(llm)` units are in progress at once (a few per request slot),
+    and a finished unit's records are kept as Arrow columns: memory does not grow with the
+    number of units beyond the records themselves."""
     names = ["extract_graph", "examples_graph", "glean_check", "glean_continue"]
     if settings.extraction.claims:
         names.append("extract_claims")
@@ -449,27 +495,36 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
                 advance(1)
 
     ids = [str(i) for i in text_units["id"]]
-    results = await asyncio.gather(*(one(i, str(t)) for i, t in zip(ids, text_units["text"])))
+    entities, relationships, claims = _Rows(ENTITY_COLUMNS), _Rows(RELATIONSHIP_COLUMNS), _Rows(CLAIM_COLUMNS)
+    failed: list[int] = []
+    units = dict.fromkeys(("gleaned_records", "units_gleaned", "gleaning_failed", "units_partial"), 0)
 
-    entities = [row for r in results for row in r.entities]
-    relationships = [row for r in results for row in r.relationships]
-    claims = [row for r in results for row in r.claims]
+    def finished(position: int, r: _UnitResult) -> None:
+        records = (r.entities, r.relationships, r.claims)
+        for table, rows in zip((entities, relationships, claims), records):
+            table.add(position, rows)
+        units["gleaned_records"] += sum(1 for rows in records for row in rows if row["round"] > 0)
+        units["units_gleaned"] += bool(r.gleaned)
+        units["gleaning_failed"] += r.gleaning_failed
+        units["units_partial"] += r.failed and any(records)
+        if r.failed:
+            failed.append(position)
+
+    await run_windowed(zip(ids, text_units["text"]), lambda unit: one(unit[0], str(unit[1])),
+                       window=window_of(llm), done=finished)
     return ExtractionResult(
-        entities=pd.DataFrame(entities, columns=ENTITY_COLUMNS),
-        relationships=pd.DataFrame(relationships, columns=RELATIONSHIP_COLUMNS),
-        claims=pd.DataFrame(claims, columns=CLAIM_COLUMNS),
-        failed=[i for i, r in zip(ids, results) if r.failed],
+        entities=entities.frame(),
+        relationships=relationships.frame(),
+        claims=claims.frame(),
+        failed=[ids[n] for n in sorted(failed)],
         self_loops=counts["self_loops"],
         empty_names=counts["empty_names"],
         stats={
             "units": len(ids),
-            "entity_instances": len(entities),
-            "relationship_instances": len(relationships),
-            "claim_instances": len(claims),
-            "gleaned_records": sum(1 for row in entities + relationships + claims if row["round"] > 0),
-            "units_gleaned": sum(1 for r in results if r.gleaned),
-            "gleaning_failed": sum(1 for r in results if r.gleaning_failed),
-            "units_partial": sum(1 for r in results if r.failed and (r.entities or r.relationships or r.claims)),
+            "entity_instances": entities.count,
+            "relationship_instances": relationships.count,
+            "claim_instances": claims.count,
+            **units,
             "types_mapped": counts["types_mapped"],
             "types_to_catch_all": counts["types_to_catch_all"],
             # records naming a few-shot example's entity that the unit's text does not hold

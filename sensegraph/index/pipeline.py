@@ -111,6 +111,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                                         embedder=embedder, language=language, numbering=numbering,
                                         **{n: work.tables[n] for n in INSTANCES if n != "extracted_units"},
                                         extra={"bar": bar})).tables
+            del work  # the instance tables (on disk under _work) are not read again: free them
         docs, units = _link_text_units(docs, units, numbering, **elements)
         write_table(docs, out, "documents")
         write_table(units, out, "text_units")

@@ -15,8 +15,8 @@ Display names keep their case (the most frequent spelling); Microsoft upper-case
 """
 from __future__ import annotations
 
-import asyncio
 import hashlib
+from itertools import chain
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +29,7 @@ from ..prompts import load_prompt, render
 from ..tokens import count_tokens, truncate
 from .extract import ExtractionResult, clean_name, normalize_name
 from .grounding import value_type
+from .windows import run_windowed, window_of
 
 try:
     from ..store.tables import content_id
@@ -242,10 +243,16 @@ async def summarize_graph(extraction: ExtractionResult, text_units: pd.DataFrame
             if advance:
                 advance(1)
 
-    results = await asyncio.gather(
-        *(one(e.title, e.descriptions) for e in entities),
-        *(one(f"{title_of[r.key[0]]} -> {title_of[r.key[1]]}", r.descriptions) for r in relationships),
-    )
+    # A few elements per request slot in progress at once (windows.py), in the order a
+    # gather over all of them would start them.
+    results: list[tuple[str, bool]] = [("", True)] * (len(entities) + len(relationships))
+    items = chain(((e.title, e.descriptions) for e in entities),
+                  ((f"{title_of[r.key[0]]} -> {title_of[r.key[1]]}", r.descriptions) for r in relationships))
+
+    def finished(position: int, result: tuple[str, bool]) -> None:
+        results[position] = result
+
+    await run_windowed(items, lambda item: one(*item), window=window_of(llm), done=finished)
     entity_results, relationship_results = results[:len(entities)], results[len(entities):]
 
     neighbours: dict[str, set[str]] = {e.key: set() for e in entities}

@@ -22,19 +22,28 @@ def vectors_path(output_dir: Path, name: str) -> Path:
     return Path(output_dir) / VECTOR_DIR / f"{name}.parquet"
 
 
-def write_vectors(output_dir: Path, name: str, ids: list[str], vectors: np.ndarray, model: str = "") -> Path:
-    """Write one vector table; `model` names the embedding model, so a query embedded by a
-    different model is caught instead of silently compared with incomparable vectors."""
-    path = vectors_path(output_dir, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _vector_table(ids: list[str], vectors: np.ndarray, model: str) -> pa.Table:
     vectors = np.asarray(vectors, dtype=np.float32)
     dim = vectors.shape[1] if vectors.ndim == 2 and len(vectors) else 0
     flat = pa.array(vectors.reshape(-1), type=pa.float32())
     column = pa.FixedSizeListArray.from_arrays(flat, dim) if dim else pa.array([], pa.list_(pa.float32()))
     table = pa.table({"id": pa.array(ids, pa.string()), "vector": column})
-    table = table.replace_schema_metadata({b"sensegraph.model": model.encode(), b"sensegraph.dim": str(dim).encode()})
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.", suffix=".tmp")
+    return table.replace_schema_metadata({b"sensegraph.model": model.encode(), b"sensegraph.dim": str(dim).encode()})
+
+
+def _temporary(path: Path) -> str:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     os.close(fd)
+    return tmp
+
+
+def write_vectors(output_dir: Path, name: str, ids: list[str], vectors: np.ndarray, model: str = "") -> Path:
+    """Write one vector table; `model` names the embedding model, so a query embedded by a
+    different model is caught instead of silently compared with incomparable vectors."""
+    path = vectors_path(output_dir, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = _vector_table(ids, vectors, model)
+    tmp = _temporary(path)
     try:
         pq.write_table(table, tmp)
         os.replace(tmp, path)
@@ -42,6 +51,66 @@ def write_vectors(output_dir: Path, name: str, ids: list[str], vectors: np.ndarr
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+class VectorWriter:
+    """One vector table written batch by batch, the batches arriving in any order: each goes
+    to a temporary file as it comes, so only one batch is in memory, and `close()` writes the
+    table in batch-number order (the same file `write_vectors` writes for all rows at once,
+    in row groups of up to ROW_GROUP rows) and renames it over the old one."""
+
+    ROW_GROUP = 8192
+
+    def __init__(self, output_dir: Path, name: str, model: str = ""):
+        self.output_dir, self.name, self.model = Path(output_dir), name, model
+        self.path = vectors_path(output_dir, name)
+        self._spill: str | None = None
+        self._writer: pq.ParquetWriter | None = None
+        self._groups: dict[int, int] = {}  # batch number -> row group of the spill file
+
+    def add(self, number: int, ids: list[str], vectors: np.ndarray) -> None:
+        if not len(ids):
+            return
+        table = _vector_table(ids, vectors, self.model)
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._spill = _temporary(self.path)
+            self._writer = pq.ParquetWriter(self._spill, table.schema)
+        elif not table.schema.equals(self._writer.schema, check_metadata=True):
+            raise ValueError(f"{self.name}: a batch of vectors of another size ({table.schema.metadata})")
+        self._writer.write_table(table, row_group_size=len(ids))
+        self._groups[number] = len(self._groups)
+
+    def close(self) -> Path:
+        """Write the table (an empty one if no batch came) and remove the temporary file."""
+        if self._writer is None:
+            return write_vectors(self.output_dir, self.name, [], np.zeros((0, 0), np.float32), model=self.model)
+        self._writer.close()
+        tmp = _temporary(self.path)
+        try:
+            spill = pq.ParquetFile(self._spill)
+            with pq.ParquetWriter(tmp, spill.schema_arrow) as out:
+                pending: list[pa.Table] = []
+                for number in sorted(self._groups):
+                    pending.append(spill.read_row_group(self._groups[number]))
+                    if sum(len(t) for t in pending) >= self.ROW_GROUP:
+                        out.write_table(pa.concat_tables(pending))
+                        pending = []
+                if pending:
+                    out.write_table(pa.concat_tables(pending))
+            os.replace(tmp, self.path)
+        finally:
+            for leftover in (tmp, self._spill):
+                if leftover and os.path.exists(leftover):
+                    os.remove(leftover)
+        return self.path
+
+    def discard(self) -> None:
+        """Remove the temporary file without writing the table (a run that stopped)."""
+        if self._writer is not None:
+            self._writer.close()
+        if self._spill and os.path.exists(self._spill):
+            os.remove(self._spill)
 
 
 def vector_model(output_dir: Path, name: str) -> str | None:

@@ -1,0 +1,194 @@
+"""Memory bounded by design: the LLM-bound steps keep a window of items in progress, not the
+whole corpus, and still give the rows of an all-at-once run, in the same order."""
+import asyncio
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+from mock_llm import _chat_answer
+
+from sensegraph.config import ChatSettings, Settings
+from sensegraph.index.embed import embed_tables
+from sensegraph.index.extract import ENTITY_COLUMNS, ExtractionResult, extract_graph, graph_schema
+from sensegraph.index.summarize import summarize_graph
+from sensegraph.index.windows import MIN_WINDOW, WINDOW_PER_SLOT, window_of
+from sensegraph.llm import strict_schema
+from sensegraph.llm.client import ChatClient
+from sensegraph.store.vectors import VectorIndex, VectorWriter, write_vectors
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def servers(*concurrency: int) -> SimpleNamespace:
+    return SimpleNamespace(all=[SimpleNamespace(concurrency=c) for c in concurrency])
+
+
+class Open:
+    """Items begun and not finished: `peak` is the most ever held at once."""
+
+    def __init__(self):
+        self.items: set[str] = set()
+        self.peak = 0
+
+    def begin(self, item: str) -> None:
+        self.items.add(item)
+        self.peak = max(self.peak, len(self.items))
+
+    def end(self, item: str) -> None:
+        self.items.discard(item)
+
+
+def delay(n: int) -> float:
+    # Items finish out of their order, so the rows must be put back in it.
+    return 0.001 * (7 - n % 7)
+
+
+class Extractor:
+    """Stands in for the chat client: one call per unit (max_gleanings 0), a unit is in
+    progress from its first call until it is done."""
+
+    def __init__(self, *concurrency: int):
+        self.endpoints = servers(*concurrency)
+        self.open = Open()
+
+    async def structured(self, messages, schema, *, step, item, max_tokens, **kw):
+        self.open.begin(item)
+        n = int(item[1:])
+        await asyncio.sleep(delay(n))
+        self.open.end(item)
+        names = [f"Person {n}", f"Place {n}"]
+        return schema.model_validate({
+            "entities": [{"name": x, "type": "person", "description": f"{x} is named in unit {n}."} for x in names],
+            "relationships": [{"source": names[0], "target": names[1], "description": "visits", "strength": 3}]})
+
+
+def test_extraction_keeps_a_window_of_units_in_progress_and_their_rows_in_unit_order(tmp_path):
+    n = 150
+    texts = [f"Person {i} travelled to Place {i}." for i in range(n)]
+    units = pd.DataFrame({"id": [f"u{i}" for i in range(n)], "text": texts})
+    settings = Settings(root=str(tmp_path), chat={"provider": "openai", "model": "m", "base_url": "http://x/v1"},
+                        extraction={"max_gleanings": 0})
+    fake = Extractor(3, 2)
+    done: list[int] = []
+    result = run(extract_graph(units, fake, settings=settings, language="en", advance=done.append))
+    window = window_of(fake)
+    assert window == WINDOW_PER_SLOT * 5 < n
+    # never more units held than the window, and the window kept full
+    assert fake.open.peak == window and sum(done) == n and result.failed == []
+    # the rows of a run that started every unit at once: unit order, then the model's order
+    expected = pd.DataFrame([{"title": x, "type": "person", "description": f"{x} is named in unit {i}.",
+                              "text_unit_id": f"u{i}", "round": 0}
+                             for i in range(n) for x in (f"Person {i}", f"Place {i}")], columns=ENTITY_COLUMNS)
+    pd.testing.assert_frame_equal(result.entities, expected)
+    assert list(result.relationships["text_unit_id"]) == [f"u{i}" for i in range(n)]
+    assert result.stats["entity_instances"] == 2 * n and result.stats["relationship_instances"] == n
+
+
+class Summarizer:
+    def __init__(self, *concurrency: int):
+        self.endpoints = servers(*concurrency)
+        self.open = Open()
+        self.budget_reached = False
+
+    async def complete(self, messages, *, step, item, max_tokens, **kw):
+        self.open.begin(item)
+        await asyncio.sleep(delay(int(item.split()[-1])))
+        self.open.end(item)
+        return f"Summary of {item}."
+
+
+def test_summaries_keep_a_window_of_elements_in_progress(tmp_path):
+    n = 120
+    rows = [(f"Person {i}", "person", f"{d} description of {i}.", f"t{j}", 0)
+            for i in range(n) for j, d in enumerate(("first", "second"))]
+    extraction = ExtractionResult(pd.DataFrame(rows, columns=ENTITY_COLUMNS),
+                                  pd.DataFrame(columns=["source", "target", "description", "strength",
+                                                        "text_unit_id", "round"]),
+                                  pd.DataFrame(), failed=[])
+    fake = Summarizer(1, 1)
+    units = pd.DataFrame({"id": ["t0", "t1"], "text": ["a", "b"]})
+    entities, _, _, failed = run(summarize_graph(extraction, units, fake, settings=Settings(root=str(tmp_path)),
+                                                 language="en"))
+    assert fake.open.peak == window_of(fake) == MIN_WINDOW < n and failed == []
+    assert list(entities["description"]) == [f"Summary of {t}." for t in entities["title"]]
+    assert len(entities) == n
+
+
+class Embedder:
+    def __init__(self, *concurrency: int, broken: str = "broken"):
+        self.endpoints = servers(*concurrency)
+        self.settings = SimpleNamespace(batch_size=2)
+        self.model = "fake-embed"
+        self.open = Open()
+        self.broken = broken
+
+    async def embed(self, texts, *, kind, step):
+        from sensegraph.llm import LLMError
+
+        key = texts[0]
+        self.open.begin(key)
+        await asyncio.sleep(delay(len(key)))
+        self.open.end(key)
+        if any(self.broken in t for t in texts):
+            raise LLMError("embed", "bad input", 1)
+        return np.array([[len(t), 1.0, 0.0] for t in texts], dtype=np.float32)
+
+
+def test_embeddings_keep_a_window_of_batches_and_write_vectors_in_row_order(tmp_path):
+    units = pd.DataFrame({"id": [f"u{i}" for i in range(80)], "text": ["x" * (i + 1) for i in range(80)]})
+    entities = pd.DataFrame({"id": ["e0", "e1", "e2"], "title": ["A", "broken", "C"], "description": ["a", "b", "c"]})
+    fake = Embedder(2)
+    ticks: list[int] = []
+    counts, failed = run(embed_tables({"text_units": units, "entities": entities}, fake, tmp_path,
+                                      advance=ticks.append))
+    assert fake.open.peak == window_of(fake) == MIN_WINDOW and sum(ticks) == 83
+    assert counts == {"text_units": 80, "entities": 1} and failed == ["entities:e0", "entities:e1"]
+    index = VectorIndex.load(tmp_path, "text_units")
+    assert index.ids == list(units["id"])
+    assert [int(v) for v in index.vectors[:, 0]] == [i + 1 for i in range(80)]
+    assert VectorIndex.load(tmp_path, "entities").ids == ["e2"]
+    assert sorted(p.name for p in (tmp_path / "embeddings").iterdir()) == ["entities.parquet", "text_units.parquet"]
+
+
+def test_vector_writer_writes_what_write_vectors_writes_whatever_order_the_batches_come_in(tmp_path):
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(10, 4)).astype(np.float32)
+    ids = [f"r{i}" for i in range(10)]
+    write_vectors(tmp_path / "all", "t", ids, vectors, model="m")
+    writer = VectorWriter(tmp_path / "batched", "t", model="m")
+    for number in (2, 0, 4, 1, 3):
+        writer.add(number, ids[2 * number:2 * number + 2], vectors[2 * number:2 * number + 2])
+    writer.close()
+    a = pq.read_table(tmp_path / "all" / "embeddings" / "t.parquet")
+    b = pq.read_table(tmp_path / "batched" / "embeddings" / "t.parquet")
+    assert a.equals(b) and a.schema.metadata == b.schema.metadata
+    assert [p.name for p in (tmp_path / "batched" / "embeddings").iterdir()] == ["t.parquet"]  # no spill left
+    VectorWriter(tmp_path / "none", "t", model="m").close()
+    assert VectorIndex.load(tmp_path / "none", "t").ids == []
+
+
+def test_window_counts_every_servers_slots():
+    s = ChatSettings(provider="openai", model="m", api_key="k",
+                     endpoints=[{"base_url": "http://a/v1", "concurrency": 8}, {"base_url": "http://b/v1"}],
+                     concurrency=5)
+    assert window_of(ChatClient(s, cache=None)) == WINDOW_PER_SLOT * 13
+    assert window_of(object()) == MIN_WINDOW
+
+
+def test_mock_answer_scale_writes_longer_answers_with_more_items():
+    text = " ".join(f"Alpha{i} Person met Beta{i} Company in Gamma{i} City. It was long ago and far away."
+                    for i in range(12))
+    schema = strict_schema(graph_schema(["person", "organization"], max_entities=10))
+    body = {"messages": [{"role": "user", "content": text}],
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
+    usual, _ = _chat_answer(body, b"d" * 32, "ok")
+    assert _chat_answer(body, b"d" * 32, "ok", answer_scale=1.0)[0] == usual
+    one, three = json.loads(usual), json.loads(_chat_answer(body, b"d" * 32, "ok", answer_scale=3)[0])
+    assert len(one["entities"]) == 4 and len(three["entities"]) == 10  # 12 asked, cut at maxItems
+    assert len(three["entities"][0]["description"]) > 2 * len(one["entities"][0]["description"])
+    plain = {"messages": [{"role": "user", "content": text}]}
+    assert len(_chat_answer(plain, b"d" * 32, "ok", answer_scale=3)[0]) > 2 * len(_chat_answer(plain, b"d" * 32, "ok")[0])
