@@ -192,3 +192,28 @@ def test_mock_answer_scale_writes_longer_answers_with_more_items():
     assert len(three["entities"][0]["description"]) > 2 * len(one["entities"][0]["description"])
     plain = {"messages": [{"role": "user", "content": text}]}
     assert len(_chat_answer(plain, b"d" * 32, "ok", answer_scale=3)[0]) > 2 * len(_chat_answer(plain, b"d" * 32, "ok")[0])
+
+
+def test_fingerprints_hash_a_slice_of_a_table_at_a_time_with_the_whole_tables_hash(monkeypatch):
+    import hashlib
+
+    from sensegraph.index import steps
+
+    n = 2 * steps.FINGERPRINT_ROWS + 5
+    df = pd.DataFrame({"id": [f"u{i}" for i in range(n)], "text": ["é" * (i % 30) for i in range(n)],
+                       "ids": [[f"e{i}"] if i % 2 else None for i in range(n)], "n": range(n)})
+    whole = hashlib.sha256(json.dumps(list(df.columns)).encode())
+    for col in ("id", "text"):
+        whole.update(pd.util.hash_pandas_object(df[col].astype(object), index=False).to_numpy().tobytes())
+    as_json = df["ids"].map(lambda v: json.dumps(v, sort_keys=True))  # a column with lists: as JSON
+    whole.update(pd.util.hash_pandas_object(as_json, index=False).to_numpy().tobytes())
+    whole.update(pd.util.hash_pandas_object(df["n"], index=False).to_numpy().tobytes())
+    sizes: list[int] = []
+    real = pd.util.hash_pandas_object
+
+    def hashing(obj, **kw):
+        sizes.append(len(obj))
+        return real(obj, **kw)
+    monkeypatch.setattr(pd.util, "hash_pandas_object", hashing)
+    assert steps.table_fingerprint(df) == whole.hexdigest()[:32]
+    assert max(sizes) == steps.FINGERPRINT_ROWS  # never the whole text column at once

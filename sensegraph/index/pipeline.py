@@ -211,7 +211,7 @@ async def _extract(*, units: pd.DataFrame, llm: ChatClient, language: str, setti
     settings, prompts and model (all of them on a first run); the others keep theirs."""
     ids = [str(i) for i in units["id"]]
     done = set(map(str, previous["extracted_units"]["id"])) & set(ids) if previous else set()
-    todo = units[[i not in done for i in ids]]
+    todo = units[[i not in done for i in ids]] if done else units  # (no copy of the texts on a first run)
     if done:
         advance(len(done))
     fresh = await extract.extract_graph(todo, llm, settings=settings, language=language, advance=advance)
@@ -219,6 +219,9 @@ async def _extract(*, units: pd.DataFrame, llm: ChatClient, language: str, setti
     tables = {"extracted_units": pd.DataFrame({"id": [i for i in ids if i in done or i not in fresh.failed]})}
     position = {u: n for n, u in enumerate(ids)}
     for name, new in zip(INSTANCES, (fresh.entities, fresh.relationships, fresh.claims)):
+        if not done:  # every unit extracted now: the rows are in unit order already
+            tables[name] = new
+            continue
         old = previous[name] if previous else new.iloc[:0]
         old = old[old["text_unit_id"].astype(str).isin(done)]
         both = pd.concat([df for df in (old, new) if not df.empty] or [new], ignore_index=True)

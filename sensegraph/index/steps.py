@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pydantic import BaseModel
 
 from ..config import Settings
@@ -67,22 +68,39 @@ def _cell(v: Any) -> Any:
     return v
 
 
+# Rows hashed at a time: a table's text is turned into Python objects to hash it, a slice at a
+# time, so fingerprinting a large corpus's text units holds one slice of them, not them all.
+FINGERPRINT_ROWS = 4096
+
+
+def _slices(s: pd.Series) -> list[pd.Series]:
+    return [s.iloc[start:start + FINGERPRINT_ROWS] for start in range(0, len(s), FINGERPRINT_ROWS)]
+
+
+def _column_hash(s: pd.Series) -> list[bytes]:
+    if pd.api.types.is_string_dtype(s) or s.dtype == object:
+        # Text as Python objects: a table read back from parquet has pandas' string dtype
+        # where the one a step made may have object, and the two must hash alike.
+        as_objects: Any = lambda part: part.astype(object)  # noqa: E731
+    else:
+        as_objects = lambda part: part  # noqa: E731
+    try:
+        return [pd.util.hash_pandas_object(as_objects(part), index=False).to_numpy().tobytes()
+                for part in _slices(s)]
+    except TypeError:  # list or dict cells: the whole column as JSON, as a column with one would be
+        return [pd.util.hash_pandas_object(
+            part.map(lambda v: json.dumps(_cell(v), sort_keys=True, default=str)), index=False).to_numpy().tobytes()
+            for part in _slices(s)]
+
+
 def table_fingerprint(df: pd.DataFrame) -> str:
     """The content of a table: columns and every cell, in row order (steps resolve ties by
-    first seen, so order is part of what they read)."""
+    first seen, so order is part of what they read). Each cell's hash depends on the cell
+    alone, so hashing a column slice by slice gives the bytes of hashing it whole."""
     h = hashlib.sha256(json.dumps([str(c) for c in df.columns]).encode())
     for col in df.columns:
-        s = df[col]
-        if pd.api.types.is_string_dtype(s) or s.dtype == object:
-            # Text as Python objects: a table read back from parquet has pandas' string dtype
-            # where the one a step made may have object, and the two must hash alike.
-            s = s.astype(object)
-        try:
-            hashed = pd.util.hash_pandas_object(s, index=False)
-        except TypeError:  # list or dict cells
-            hashed = pd.util.hash_pandas_object(
-                s.map(lambda v: json.dumps(_cell(v), sort_keys=True, default=str)), index=False)
-        h.update(hashed.to_numpy().tobytes())
+        for part in _column_hash(df[col]):
+            h.update(part)
     return h.hexdigest()[:32]
 
 
@@ -278,6 +296,9 @@ class Steps:
                 self._mark(name, output, {"settings": sorted(recorder.reads), "prompts": sorted(prompts)}, fps, paths)
         entry_stats.update(output.stats)
         entry_stats["seconds"] = round(time.perf_counter() - t0, 3)
+        # Arrow's allocator keeps what a step's tables and parquet files freed; give it back so
+        # the next step starts from what is really in use.
+        pa.default_memory_pool().release_unused()
         entry_stats.update(memory_mb())
         return output
 

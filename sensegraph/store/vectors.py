@@ -22,6 +22,7 @@ def vectors_path(output_dir: Path, name: str) -> Path:
     return Path(output_dir) / VECTOR_DIR / f"{name}.parquet"
 
 
+# Vectors and ids never repeat: a dictionary only costs memory and time while writing.
 def _vector_table(ids: list[str], vectors: np.ndarray, model: str) -> pa.Table:
     vectors = np.asarray(vectors, dtype=np.float32)
     dim = vectors.shape[1] if vectors.ndim == 2 and len(vectors) else 0
@@ -45,7 +46,7 @@ def write_vectors(output_dir: Path, name: str, ids: list[str], vectors: np.ndarr
     table = _vector_table(ids, vectors, model)
     tmp = _temporary(path)
     try:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, use_dictionary=False)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -75,7 +76,7 @@ class VectorWriter:
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._spill = _temporary(self.path)
-            self._writer = pq.ParquetWriter(self._spill, table.schema)
+            self._writer = pq.ParquetWriter(self._spill, table.schema, use_dictionary=False, compression="none")
         elif not table.schema.equals(self._writer.schema, check_metadata=True):
             raise ValueError(f"{self.name}: a batch of vectors of another size ({table.schema.metadata})")
         self._writer.write_table(table, row_group_size=len(ids))
@@ -89,7 +90,7 @@ class VectorWriter:
         tmp = _temporary(self.path)
         try:
             spill = pq.ParquetFile(self._spill)
-            with pq.ParquetWriter(tmp, spill.schema_arrow) as out:
+            with pq.ParquetWriter(tmp, spill.schema_arrow, use_dictionary=False) as out:
                 pending: list[pa.Table] = []
                 for number in sorted(self._groups):
                     pending.append(spill.read_row_group(self._groups[number]))
