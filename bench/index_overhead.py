@@ -185,7 +185,8 @@ def worker(root: str, profile: str | None) -> None:
         "calls": total["calls"],
         "requests": total.get("requests", total["calls"]),
         "failures": sum(len(v) for v in result.stats["failures"].values()),
-        "steps": {k: {"seconds": v.get("seconds"), "calls": v.get("calls")} for k, v in result.stats["steps"].items()},
+        "steps": {k: {"seconds": v.get("seconds"), "calls": v.get("calls"), "retries": v.get("retries")}
+                  for k, v in result.stats["steps"].items()},
         "documents": len(result.tables["documents"]),
         "tokens": result.stats["steps"]["text_units"].get("tokens", 0),
         "text_units": len(result.tables["text_units"]),
@@ -293,6 +294,12 @@ def report(r: dict, args: argparse.Namespace, n_docs: int, outer_wall: float, se
     print("-" * (w + 40))
     print("per step (s, calls): " + ", ".join(f"{k} {v['seconds']:.1f}s/{v['calls'] or 0}"
                                                for k, v in r["steps"].items()))
+    if args.latency > 0:
+        # Each LLM step's own rate: its requests (answers + retries) over its wall time.
+        ideal = args.concurrency / args.latency
+        print("requests per s by step (share of ideal): " + ", ".join(
+            f"{k} {rate:.0f} ({rate / ideal:.2f})" for k, v in r["steps"].items() if v["calls"] and v["seconds"]
+            for rate in [((v["calls"] or 0) + (v.get("retries") or 0)) / v["seconds"]]))
     print("peak RSS per step (MB, sampled every 20 ms): " + ", ".join(
         f"{k} {v}" for k, v in r["step_peak_rss_mb"].items()))
     overhead = r["cpu"] if args.latency == 0 else outside
