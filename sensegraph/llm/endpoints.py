@@ -8,6 +8,10 @@ its last Retry-After, whether it just failed).
 
 - Load: a request takes the server with the lowest share of its `concurrency` in use (ties: the
   one that has served fewer requests), and waits when every server is full.
+- Waiting: the waiting requests form one queue, served in order; a freed slot (or a pause that
+  ends) wakes exactly as many as there are slots to take, never all of them. Waking every
+  waiter made the client's CPU per call grow with the number of waiters (a step that started
+  all its items at once spent 17 ms per call re-checking the servers).
 - Limits: each server has its own concurrency and requests/tokens per minute.
 - Rate limiting: a 429 pauses that server for its Retry-After (or a second) for every request,
   not only the one that got it, so the others go elsewhere instead of hitting it again; with
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -106,7 +111,12 @@ class Endpoints:
         else:
             self.all = [Endpoint(base_url or s.base_url, s.model, s.api_key, s.api_version, s.concurrency,
                                  RateLimiter(s.requests_per_minute, s.tokens_per_minute))]
-        self._changed = asyncio.Condition()
+        # Waiting requests, oldest first; `_woken` of them have been told a slot is theirs and
+        # have not run yet, so a newcomer must not take it from under them.
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._woken = 0
+        self._timer: asyncio.TimerHandle | None = None  # wakes waiters when a pause ends
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
         self._resolved = resolve is None
         self._resolve_lock = asyncio.Lock()
 
@@ -136,25 +146,82 @@ class Endpoints:
         try:
             yield endpoint
         finally:
-            async with self._changed:
-                endpoint.in_flight -= 1
-                self._changed.notify_all()
+            endpoint.in_flight -= 1
+            self._wake()
+
+    def _free(self, now: float) -> int:
+        """Slots that can be taken now and are not promised to a woken waiter."""
+        return sum(e.concurrency - e.in_flight for e in self.all if e.ready(now)) - self._woken
+
+    def _take(self, avoid: Endpoint | None, now: float) -> Endpoint:
+        ready = [e for e in self.all if e.ready(now)]
+        endpoint = min(ready, key=lambda e: (e is avoid, e.load, e.usage.requests))
+        endpoint.in_flight += 1
+        endpoint.usage.requests += 1
+        return endpoint
 
     async def _acquire(self, avoid: Endpoint | None) -> Endpoint:
-        async with self._changed:
-            while True:
-                now = time.monotonic()
-                ready = [e for e in self.all if e.ready(now)]
-                if ready:
-                    endpoint = min(ready, key=lambda e: (e is avoid, e.load, e.usage.requests))
-                    endpoint.in_flight += 1
-                    endpoint.usage.requests += 1
-                    return endpoint
-                # Every server is full or paused: wait for a slot to free or a pause to end.
-                ends = [e.paused_until for e in self.all if e.paused_until > now and e.in_flight < e.concurrency]
-                timeout = max(0.001, min(ends) - now) if ends else None
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), timeout)
+        if not self._waiters and self._free(time.monotonic()) > 0:
+            return self._take(avoid, time.monotonic())
+        loop = asyncio.get_running_loop()
+        first = False  # a woken waiter that found its slot gone keeps its place at the front
+        while True:
+            waiter: asyncio.Future[None] = loop.create_future()
+            if first:
+                self._waiters.appendleft(waiter)
+            else:
+                self._waiters.append(waiter)
+            self._wake()  # a slot may already be free (or a pause over): never wait for nothing
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    # Woken, then cancelled before it ran: the slot goes to the next in line.
+                    self._woken -= 1
+                    self._wake()
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                raise
+            self._woken -= 1
+            now = time.monotonic()
+            if any(e.ready(now) for e in self.all):
+                return self._take(avoid, now)
+            first = True  # its server was paused (a 429) between the wake-up and now
+
+    def _wake(self) -> None:
+        """Wake one waiter per slot that can be taken now; if every server with room is paused,
+        arrange one wake-up for when the first pause ends."""
+        if not self._waiters:
+            return
+        now = time.monotonic()
+        free = self._free(now)
+        while free > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if waiter.done():  # cancelled, its task not yet run to remove it
+                continue
+            waiter.set_result(None)
+            self._woken += 1
+            free -= 1
+        if self._waiters:
+            ends = [e.paused_until for e in self.all if e.paused_until > now and e.in_flight < e.concurrency]
+            if ends:
+                self._wake_at(min(ends) - now)
+
+    def _wake_at(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(0.001, delay)
+        if (self._timer is not None and self._timer_loop is loop and not self._timer.cancelled()
+                and self._timer.when() <= when):
+            return  # an earlier wake-up is already set
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_loop = loop
+        self._timer = loop.call_at(when, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._wake()
 
     def client(self, endpoint: Endpoint) -> openai.AsyncOpenAI:
         if endpoint.client is None:
