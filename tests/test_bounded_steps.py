@@ -217,3 +217,116 @@ def test_fingerprints_hash_a_slice_of_a_table_at_a_time_with_the_whole_tables_ha
     monkeypatch.setattr(pd.util, "hash_pandas_object", hashing)
     assert steps.table_fingerprint(df) == whole.hexdigest()[:32]
     assert max(sizes) == steps.FINGERPRINT_ROWS  # never the whole text column at once
+
+
+LOREM = ("The record notes meetings, letters and shared projects over several years, with details "
+         "of places, dates and the people who took part in each of them.")
+
+
+def community_tree(depth: int):
+    """A complete binary tree of communities `depth` levels deep; each leaf holds three
+    entities in a chain, each parent its children's elements plus an edge joining them. With
+    long descriptions only the leaves fit a small budget: every parent needs its children."""
+    entities, relationships, rows = [], [], []
+
+    def entity(name: str) -> str:
+        entities.append({"id": f"id-{name}", "human_readable_id": len(entities), "title": name, "type": "person",
+                         "description": f"{name} is a person. {LOREM}", "degree": 2})
+        return name
+
+    def edge(a: str, b: str) -> str:
+        rid = f"r{len(relationships)}"
+        relationships.append({"id": rid, "human_readable_id": len(relationships), "source": a, "target": b,
+                              "description": f"{a} works with {b}. {LOREM}", "combined_degree": 4})
+        return rid
+
+    numbers = iter(range(10**6))
+
+    def build(level: int, parent: int) -> tuple[int, list[str], list[str]]:
+        n = next(numbers)
+        row = {"id": f"c{n}", "community": n, "level": level, "parent": parent, "carried": False}
+        rows.append(row)
+        if level == depth - 1:
+            names = [entity(f"P{n}x{i}") for i in range(3)]
+            edges = [edge(names[0], names[1]), edge(names[1], names[2])]
+            children: list[int] = []
+        else:
+            kids = [build(level + 1, n) for _ in range(2)]
+            names = [t for _, ts, _ in kids for t in ts]
+            edges = [r for _, _, rs in kids for r in rs] + [edge(kids[0][1][0], kids[1][1][0])]
+            children = [k for k, _, _ in kids]
+        row.update(children=children, entity_ids=[f"id-{t}" for t in names], relationship_ids=edges,
+                   size=len(names))
+        return n, names, edges
+
+    build(0, -1)
+    comms = pd.DataFrame(rows).sort_values("community", ignore_index=True)
+    return comms, pd.DataFrame(entities), pd.DataFrame(relationships)
+
+
+class ReportWriter:
+    """Stands in for the chat client: an answer that depends on the context alone (so any order
+    of the calls gives the same reports), and the most calls ever in progress at once."""
+
+    def __init__(self, *concurrency: int):
+        self.endpoints = servers(*concurrency)
+        self.open = Open()
+        self.calls = 0
+
+    async def structured(self, messages, schema, *, step, item, max_tokens, **kw):
+        import hashlib
+        import re
+
+        self.open.begin(item)
+        self.calls += 1
+        await asyncio.sleep(delay(int(item)))
+        self.open.end(item)
+        prompt = "\n".join(m["content"] for m in messages)
+        digest = hashlib.sha256(prompt.encode()).hexdigest()[:8]
+        cited = re.search(r"## Report (\d+):", prompt)
+        citation = (f"[Data: Reports ({cited.group(1)})]" if cited else
+                    f"[Data: Entities ({prompt.split('-----Entities-----')[1].splitlines()[2].split(',')[0]})]")
+        return schema.model_validate({
+            "title": f"Report {digest}", "summary": f"About {digest}.", "rating": int(digest, 16) % 10,
+            "rating_explanation": "Because.",
+            "findings": [{"summary": f"Finding {digest}", "explanation": f"It holds. {citation}"}]})
+
+
+def reports_of(comms, entities, relationships, fake, ticks=None):
+    from sensegraph.config import ReportSettings
+    from sensegraph.index.community_reports import write_reports
+
+    settings = Settings(reports=ReportSettings(max_input_tokens=500, max_tokens=800))
+
+    async def go():
+        # a guard against a deadlock, not a timing assertion
+        return await asyncio.wait_for(write_reports(comms, entities, relationships, None, fake, settings=settings,
+                                                    language="en", advance=(ticks if ticks is not None else []).append), 60)
+    return run(go())
+
+
+def test_community_reports_keep_a_window_of_communities_in_progress():
+    comms, entities, relationships = community_tree(6)  # 63 communities, 32 leaves
+    fake = ReportWriter(1, 1)
+    ticks: list[int] = []
+    table, failed = reports_of(comms, entities, relationships, fake, ticks)
+    assert failed == [] and sum(ticks) == len(comms) == len(table) == fake.calls == 63
+    # never more communities in progress than the window (each holds its context), and the
+    # window kept full: before, all 32 leaves were started at once
+    assert fake.open.peak == window_of(fake) == MIN_WINDOW
+    assert table["used_sub_reports"].sum() == 31  # every parent was composed from its children
+
+
+def test_a_small_window_over_a_deep_hierarchy_gives_the_tables_of_an_all_at_once_run(monkeypatch):
+    from sensegraph.index import community_reports
+
+    comms, entities, relationships = community_tree(7)  # 127 communities, every parent waits for its children
+    tables = {}
+    for window in (1, 2, 3, len(comms)):  # the last: every community at once, as before the windows
+        monkeypatch.setattr(community_reports, "window_of", lambda llm, w=window: w, raising=False)
+        fake = ReportWriter(1)
+        tables[window], failed = reports_of(comms, entities, relationships, fake)
+        assert failed == [] and fake.open.peak == min(window, 64)
+    for window in (1, 2, 3):
+        pd.testing.assert_frame_equal(tables[window], tables[len(comms)])
+    assert len(tables[1]) == 127 and tables[1]["used_sub_reports"].sum() == 63

@@ -5,6 +5,7 @@ import asyncio
 import csv
 import json
 import re
+from types import SimpleNamespace
 
 import httpx
 import pandas as pd
@@ -146,6 +147,9 @@ class GatedLLM:
     def __init__(self, level_of: dict[str, int], held_level: int):
         self.level_of, self.held = level_of, held_level
         self.opened = asyncio.Event()
+        # Servers that take 25 requests at once: the window of communities in progress
+        # (windows.window_of, 100) holds every held request and the shallower one after them.
+        self.endpoints = SimpleNamespace(all=[SimpleNamespace(concurrency=25)])
         self.started: list[int] = []
 
     async def structured(self, messages, schema, *, step, item, max_tokens, **kw):

@@ -1,8 +1,7 @@
 """Paper step 2.5: communities -> community reports, written bottom-up.
 
-The deepest level is written first, all its communities concurrently (the chat client's
-semaphore bounds the real concurrency); a level starts when the level below it is done,
-because a higher community may be composed from its sub-communities' reports:
+Communities are written deepest first, a window of them at a time (windows.py), because a
+higher community may be composed from its sub-communities' reports:
 
 - leaf community: its edges by descending combined degree, each preceded by its source and
   target entity (once) and their claims, until the token budget is full;
@@ -41,6 +40,7 @@ from ..prompts import load_prompt, render, to_messages
 from ..store.tables import content_id
 from ..tokens import count_tokens, truncate
 from . import report_checks
+from .windows import run_windowed, window_of
 
 COLUMNS = [
     "id", "human_readable_id", "community", "level", "parent", "children", "title", "summary",
@@ -413,6 +413,28 @@ def _communities(communities: pd.DataFrame, el: _Elements) -> dict[int, _Communi
     return out
 
 
+def _bottom_up(comms: dict[int, _Community]) -> list[_Community]:
+    """The communities to write (not carried copies), deepest level first, then by number, and
+    in any case each after its own sub-communities (communities.py puts a sub-community one level
+    down, so the first rule already gives the second; this does not rely on it)."""
+    order: list[_Community] = []
+    placed: set[int] = set()
+
+    def place(c: _Community) -> None:
+        if c.number in placed:
+            return
+        placed.add(c.number)
+        for n in c.children:
+            if n in comms and not comms[n].carried:
+                place(comms[n])
+        order.append(c)
+
+    for c in sorted(comms.values(), key=lambda c: (-c.level, c.number)):
+        if not c.carried:
+            place(c)
+    return order
+
+
 async def write_reports(
     communities: pd.DataFrame,
     entities: pd.DataFrame,
@@ -447,7 +469,7 @@ async def write_reports(
 
     # Bottom-up by dependency, not level by level: a community starts as soon as the reports it
     # may read exist. One whose own elements fit the budget reads none (see _context), so it
-    # starts at once; only the others wait for their sub-communities. The prompts are exactly
+    # starts as soon as it enters the window; only the others wait for their sub-communities. The prompts are exactly
     # those of a level-by-level run, but no level waits for the slowest report of the level
     # below, which keeps the client's concurrency busy to the end.
     finished = {n: asyncio.Event() for n, c in comms.items() if not c.carried}
@@ -486,9 +508,11 @@ async def write_reports(
         if advance:
             advance(1)
 
-    # Deepest first, so the calls that others wait for are queued first.
-    await asyncio.gather(*(write(c) for c in sorted(comms.values(), key=lambda c: (-c.level, c.number))
-                           if not c.carried))
+    # A window of communities in progress, not all of them (each holds its packed elements and
+    # context): in an order where every community comes after its sub-communities, a community
+    # that waits for its sub-communities only waits for ones that entered the window before it,
+    # and those only for earlier ones still, down to ones that wait for nothing.
+    await run_windowed(_bottom_up(comms), write, window=window_of(llm), done=lambda _, __: None)
 
     # Copies reuse the report of the community they copy (their nearest non-carried ancestor).
     for c in sorted((c for c in comms.values() if c.carried), key=lambda c: (c.level, c.number)):
