@@ -25,8 +25,11 @@ def test_entities_of_one_sentence_without_a_relationship_get_a_marked_weak_edge(
                     ("Pier Nine", ["t1", "t2"], 1), ("Halden", ["t1"], 0))
     weak = cooccurrence_edges(ents, relationships(("Maria Okafor", "Pier Nine")), UNITS, weight=0.3, language="en")
     pairs = {(r.source, r.target): r for r in weak.itertuples()}
-    # Halden is alone in its sentence: no edge; Okafor-Pier Nine was extracted: no weak edge
-    assert set(pairs) == {("Daniel Reyes", "Maria Okafor"), ("Daniel Reyes", "Pier Nine")}
+    # Okafor-Pier Nine was extracted: no weak edge; Halden, alone in its sentence, is linked to
+    # the names of the nearest sentence
+    assert set(pairs) == {("Daniel Reyes", "Maria Okafor"), ("Daniel Reyes", "Pier Nine"),
+                          ("Daniel Reyes", "Halden"), ("Halden", "Maria Okafor"), ("Halden", "Pier Nine")}
+    assert pairs[("Halden", "Pier Nine")].weight == 0.3
     okafor_reyes = pairs[("Daniel Reyes", "Maria Okafor")]
     # three sentences name both ("Reyes" for Daniel Reyes), in two units
     assert okafor_reyes.weight == 0.9 and okafor_reyes.text_unit_ids == ["t1", "t2"]

@@ -50,3 +50,19 @@ def test_sentences_of_a_name():
     assert sentences_of("Scrooge", unit) == {4}
     zh = UnitText.of("海中有一座名山，唤为花果山。山上有一石猴。石猴在花果山。")
     assert sentences_of("花果山", zh) == {0, 2} and sentences_of("石猴", zh) == {1, 2}
+
+
+def test_a_part_of_a_name_grounds_it_only_when_the_text_writes_it_as_a_name():
+    # Operation Dulce, embedded 1.5B: "United States Air Force" is not in the text; "states" and
+    # "force" are, as common words.
+    unit = UnitText.of("Mercer states the facts. They force the door. Later, Scrooge left.")
+    assert not grounded("United States Air Force", unit)
+    assert grounded("Ebenezer Scrooge", unit)
+
+
+def test_a_lower_case_name_is_a_name_only_if_the_text_capitalises_the_phrase():
+    unit = UnitText.of("The Paranormal Military Squad met. There was paranormal activity. We saw Paranormal Activity twice.")
+    assert not generic("Paranormal Military Squad", unit)
+    assert not generic("paranormal activity", unit)  # the film's title, capitalised as a phrase
+    other = UnitText.of("The Paranormal Military Squad met. There was paranormal activity.")
+    assert generic("paranormal activity", other)

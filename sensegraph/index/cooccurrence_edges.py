@@ -15,7 +15,9 @@ extracted relationship between them gets an edge:
   extracted relationship weighs at least 1 (one instance of strength 1), so Leiden still
   prefers what the model said, and the weak edges only join what would otherwise fall apart;
 - a sentence pairs at most `PAIR_CAP` of its entities (those extracted most often first), so a
-  list-like sentence cannot add a quadratic number of edges.
+  list-like sentence cannot add a quadratic number of edges;
+- an entity that is still without any edge (the only name of its sentences) is linked the same
+  way to the entities of the nearest sentence of its unit that names some.
 
 Computed from the entities table (titles, aliases, text units) after entity resolution, so it
 sees the final names; no LLM. Lazy indexes build their whole graph from co-occurrence
@@ -65,6 +67,7 @@ def cooccurrence_edges(entities: pd.DataFrame, relationships: pd.DataFrame, text
             names_in[unit].append((str(title), [str(title), *_listed(aliases)], int(frequency or 0)))
 
     together: dict[tuple[str, str], list[str]] = defaultdict(list)  # (title, title) -> a unit per sentence
+    sentences: dict[str, dict[int, list[str]]] = {}  # unit -> sentence -> the titles it names
     for unit_id, text in zip(text_units["id"], text_units["text"]):
         present = names_in.get(str(unit_id))
         if not present or len(present) < 2:
@@ -74,12 +77,27 @@ def cooccurrence_edges(entities: pd.DataFrame, relationships: pd.DataFrame, text
         for title, names, frequency in present:
             for i in set().union(*(sentences_of(n, unit) for n in names)):
                 by_sentence[i].append((-frequency, title))
-        for mentioned in by_sentence.values():
-            titles = [t for _, t in sorted(set(mentioned))[:PAIR_CAP]]
+        sentences[str(unit_id)] = {i: [t for _, t in sorted(set(m))[:PAIR_CAP]] for i, m in by_sentence.items()}
+        for titles in sentences[str(unit_id)].values():
             for a, b in combinations(sorted(titles, key=normalize_name), 2):
                 ka, kb = normalize_name(a), normalize_name(b)
                 if ka != kb and frozenset((ka, kb)) not in related:
                     together[(a, b)].append(str(unit_id))
+
+    # An entity still without any edge is alone in its sentences: it is linked to the entities
+    # of the nearest sentence of its unit that names some (the text's next or previous thought).
+    linked = {normalize_name(x) for pair in related for x in pair} | {
+        normalize_name(x) for pair in together for x in pair}
+    for unit_id, by_index in sentences.items():
+        for i, titles in sorted(by_index.items()):
+            for a in titles:
+                if normalize_name(a) in linked:
+                    continue
+                near = sorted((j for j, others in by_index.items() if j != i and others), key=lambda j: (abs(j - i), j))
+                for b in (by_index[near[0]] if near else []):
+                    if normalize_name(b) != normalize_name(a):
+                        together[tuple(sorted((a, b), key=normalize_name))].append(unit_id)  # type: ignore[index]
+                linked.add(normalize_name(a))
 
     degree = dict(zip(entities["title"].astype(str), entities["degree"]))
     template = DESCRIPTIONS.get(language, DESCRIPTIONS["en"])

@@ -8,13 +8,17 @@ Everything here is checked against the text unit the record came from, with no L
   inflection ("Swedish" for "Sweden", "churches" for "church": two words match when they share a
   prefix of at least 4 letters that leaves at most 3 letters of the longer one), to titles and
   particles ("President Barack Obama" is grounded by "Barack Obama"), and to acronyms ("UN" for
-  "United Nations" and back). A name of several content words is grounded when at least half of
-  them occur ("Ebenezer Scrooge" in a unit that says only "Scrooge"), so a full name the model
-  knows from other units survives; a name none of whose words occur is invented. Chinese: the
+  "United Nations" and back). A name of several content words is also grounded when at least
+  half of them occur and one of those is capitalised mid-sentence in the unit ("Ebenezer
+  Scrooge" in a unit that says only "Scrooge"), so a full name the model knows from other units
+  survives, while "United States Air Force" is not grounded by "states" and "force"; a name
+  none of whose words occur is invented. Chinese: the
   name, without spaces, is a substring of the unit.
 - `generic`: a Latin-script name without digits whose words occur in the unit only in lower
   case, or capitalised only at the start of a sentence: a common noun, not a name ("fire" in
-  "the fire spread"). A name the text capitalises mid-sentence ("the Board") is kept. Chinese
+  "the fire spread"). A name the text capitalises mid-sentence ("the Board") is kept; one the
+  model wrote all in lower case must be capitalised as a phrase ("paranormal activity" is not
+  a name because the text has "Paranormal Military Squad"). Chinese
   has no case, and its common nouns can be real entities (樵夫, the woodcutter), so none is
   called generic there.
 - `clause`: a name holding sentence punctuation, or longer than a name gets (more than
@@ -193,6 +197,13 @@ def _acronym(name: str) -> str | None:
     return letters.casefold() if 2 <= len(letters) <= 6 and letters.isalpha() and letters.isupper() else None
 
 
+def _written_as_name(word: str, unit: UnitText) -> bool:
+    """The unit capitalises `word` mid-sentence, or only ever writes it capitalised."""
+    tokens = [t for form in unit.forms(word) for t in unit.words[form]]
+    upper = [t for t in tokens if t.original[:1].isupper()]
+    return any(not t.sentence_start for t in upper) or (bool(upper) and len(upper) == len(tokens))
+
+
 def grounded(name: str, unit: UnitText) -> bool:
     """Whether `name` (as the model wrote it) occurs in the unit, tolerantly (module docstring)."""
     if has_han(name):
@@ -201,8 +212,13 @@ def grounded(name: str, unit: UnitText) -> bool:
     words = _content_words(name)
     if not words:
         return False
-    found = sum(1 for w in words if unit.has_word(w))
-    if found == len(words) or (len(words) >= 2 and 2 * found >= len(words)):
+    found = [w for w in words if unit.has_word(w)]
+    if len(found) == len(words):
+        return True
+    # Part of a longer name ("Scrooge" for "Ebenezer Scrooge"): the part must be written as a
+    # name in the text, not a common word the name happens to hold ("force" does not
+    # ground "United States Air Force").
+    if len(words) >= 2 and 2 * len(found) >= len(words) and any(_written_as_name(w, unit) for w in found):
         return True
     acronym = _acronym(name)
     if acronym and acronym in unit.initials:
@@ -239,12 +255,23 @@ def generic(name: str, unit: UnitText) -> bool:
     mid-sentence (module docstring). Names with digits, Han or no occurrence are not judged."""
     if has_han(name) or any(c.isdigit() for c in name) or _acronym(name):
         return False
-    occurrences = [t for w in _content_words(name) for form in unit.forms(w) for t in unit.words[form]]
+    words = _content_words(name)
+    occurrences = [t for w in words for form in unit.forms(w) for t in unit.words[form]]
     if not occurrences:
         return False
+    # A name the model wrote in lower case is judged as a phrase: "paranormal activity" is not
+    # made a name by "Paranormal Military Squad". Its first word must be capitalised where the
+    # next word follows it.
+    phrase = len(words) >= 2 and not any(c.isupper() for c in name)
+    follows = set(unit.forms(words[1])) if phrase else set()
+    index = {id(t): i for i, t in enumerate(unit.tokens)} if phrase else {}
     for t in occurrences:
         if t.original[:1].isupper() and (not t.sentence_start or (t.original.isupper() and len(t.original) > 1)):
-            return False
+            if not phrase:
+                return False
+            i = index[id(t)]
+            if t.folded in unit.forms(words[0]) and i + 1 < len(unit.tokens) and unit.tokens[i + 1].folded in follows:
+                return False
     # Only lower-case or sentence-initial occurrences: a common noun, unless every occurrence
     # opens a sentence and the model capitalised it (a name that happens to start sentences).
     return not (name[:1].isupper() and all(t.sentence_start for t in occurrences))
