@@ -256,3 +256,55 @@ def test_binary_file_skipped_with_configured_encoding(tmp_path):
     docs, warnings = _load(tmp_path, encoding="utf-8")
     assert docs["title"].tolist() == ["ok.txt"]
     assert any("blob.txt" in w and "binary" in w for w in warnings)
+
+
+def test_the_table_is_the_one_built_from_rows_whatever_the_chunks(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from sensegraph.store import text_column
+    from sensegraph.store.tables import content_id
+
+    folder = _input(tmp_path)
+    for i in range(7):
+        (folder / f"f{i}.txt").write_text(f"File {i} says hello." if i != 5 else "File 0 says hello.", encoding="utf-8")
+    (folder / "g.jsonl").write_text('{"text": "one", "year": 2020}\n{"text": "two", "year": "2021"}\n', encoding="utf-8")
+    monkeypatch.setattr(text_column, "CHUNK_ROWS", 2)  # several Arrow chunks
+    docs, warnings = _load(tmp_path, file_types=["txt", "jsonl"], metadata_fields=["year"])
+    assert warnings == ["f5.txt has the same text as f0.txt; both are kept as separate documents"]
+    created = docs["creation_date"].tolist()
+    rows = [{"id": content_id(f"f{i}.txt", t), "human_readable_id": i, "title": f"f{i}.txt", "text": t,
+             "text_unit_ids": [], "creation_date": created[i], "raw_data": None, "path": f"f{i}.txt"}
+            for i, t in enumerate(f"File {i if i != 5 else 0} says hello." for i in range(7))]
+    rows += [{"id": content_id(f"g.jsonl#{n}", t), "human_readable_id": 6 + n, "title": f"g.jsonl#{n}", "text": t,
+              "text_unit_ids": [], "creation_date": created[6 + n], "raw_data": {"year": y}, "path": "g.jsonl"}
+             for n, t, y in ((1, "one", "2020"), (2, "two", "2021"))]  # mixed types: stored as text
+    pd.testing.assert_frame_equal(docs, pd.DataFrame(rows, columns=list(docs.columns)), check_index_type=True)
+
+
+def test_documents_text_is_not_held_as_python_strings_while_the_table_is_built(tmp_path, monkeypatch):
+    import tracemalloc
+
+    import pandas as pd
+
+    from sensegraph.store import text_column
+
+    dtype = pd.Series(["x"]).dtype
+    if not (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow"):
+        pytest.skip("pandas keeps strings as Python objects: nothing to save")
+    folder = _input(tmp_path)
+    for i in range(100):
+        (folder / f"doc{i:03}.txt").write_text(f"Document {i}. " + "Words of a transcript, said aloud. " * 570,
+                                               encoding="utf-8")
+    settings = load_settings(tmp_path, env={})
+    monkeypatch.setattr(text_column, "CHUNK_ROWS", 8)
+    tracemalloc.start()
+    try:
+        docs = load_documents(settings, warn=lambda m: None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    text_chars = int(docs["text"].str.len().sum())
+    assert len(docs) == 100 and text_chars > 1_900_000
+    # Python-side peak: a chunk of texts and the ids, titles and paths. Every text alive at once
+    # as a Python string is the corpus text itself.
+    assert peak < text_chars / 2

@@ -124,3 +124,57 @@ def test_documents_follow_human_readable_order():
 def test_bad_sizes_are_refused(size, overlap):
     with pytest.raises(ValueError):
         make_text_units(_docs("x"), size=size, overlap=overlap)
+
+
+def _strings_in_arrow() -> bool:
+    dtype = pd.Series(["x"]).dtype
+    return isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow"
+
+
+def test_the_table_is_the_one_built_from_rows_whatever_the_chunks(monkeypatch):
+    from sensegraph.store import text_column
+
+    monkeypatch.setattr(text_column, "CHUNK_ROWS", 3)  # several Arrow chunks
+    repeated = "The same passage again. " * 40
+    docs = _docs(ENGLISH, "短い文章です。" * 150, "", repeated + repeated)
+    units = make_text_units(docs, size=60, overlap=10)
+    rows = []
+    for doc_id, text in zip(docs["id"], docs["text"]):  # the table as it was built: a dict per unit
+        used: set[str] = set()
+        for index, (_, piece, count) in enumerate(split_text(text, size=60, overlap=10)):
+            unit_id = content_id(doc_id, piece)
+            if unit_id in used:
+                unit_id = content_id(doc_id, piece, str(index))
+            used.add(unit_id)
+            rows.append({"id": unit_id, "human_readable_id": len(rows), "text": piece, "n_tokens": count,
+                         "document_id": doc_id, "document_ids": [doc_id], "chunk_index": index})
+    expected = pd.DataFrame(rows, columns=list(units.columns)).astype(
+        {"human_readable_id": "int64", "n_tokens": "int64", "chunk_index": "int64"})
+    assert len(units) > 3 * 3
+    pd.testing.assert_frame_equal(units, expected, check_index_type=True)
+    empty = make_text_units(docs.iloc[2:3], size=60, overlap=10)
+    pd.testing.assert_frame_equal(empty, expected.iloc[0:0].astype({c: object for c in ("id", "text", "document_id")}),
+                                  check_index_type=True)
+    assert list(empty.dtypes.astype(str)) == ["object", "int64", "object", "int64", "object", "object", "int64"]
+
+
+@pytest.mark.skipif(not _strings_in_arrow(), reason="pandas keeps strings as Python objects: nothing to save")
+def test_units_text_is_not_held_as_python_strings_while_the_table_is_built(monkeypatch):
+    import tracemalloc
+
+    from sensegraph.store import text_column
+
+    monkeypatch.setattr(text_column, "CHUNK_ROWS", 16)
+    docs = _docs(*(f"Document {d}. " + ENGLISH[:20_000] for d in range(100)))
+    text_chars = int(docs["text"].str.len().sum())
+    make_text_units(_docs(ENGLISH), size=600, overlap=100)  # the tokenizer's tables, loaded once
+    tracemalloc.start()
+    try:
+        units = make_text_units(docs, size=600, overlap=100)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert int(units["text"].str.len().sum()) > text_chars  # the overlap: more unit text than text
+    # Python-side peak: the ids, a chunk of unit texts and one document's tokens. Every unit's
+    # text alive at once as a Python string (a dict per row) is more than the corpus text.
+    assert peak < text_chars / 2

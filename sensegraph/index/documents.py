@@ -8,6 +8,7 @@ indexing nothing would only hide the mistake.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import logging
@@ -16,10 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..config import Settings
 from ..store.tables import content_id
+from ..store.text_column import TextColumn
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +57,7 @@ def load_documents(settings: Settings, warn: Callable[[str], None] = _log_warnin
         raise InputError(f"input folder {folder} does not exist; {hint}")
 
     files, ignored = _list_files(folder, set(types))
-    rows: list[dict[str, Any]] = []
+    table = _Columns()
     for path in files:
         rel = path.relative_to(folder).as_posix()
         data = path.read_bytes()
@@ -70,13 +73,13 @@ def load_documents(settings: Settings, warn: Callable[[str], None] = _log_warnin
             if not records:
                 warn(f"skipped {rel}: it holds no records with text")
         for rec in records:
-            rows.append({**rec, "path": rel, "creation_date": created})
+            table.add(rec, rel, created)
 
-    if not rows:
+    if not len(table):
         seen = f"found no {wanted} files" if not files else f"none of the {len(files)} {wanted} file(s) had usable text"
         other = f" ({ignored} file(s) of other types were ignored; input.file_types is {types})" if ignored else ""
         raise InputError(f"no documents in {folder}: {seen}{other}; {hint}")
-    return _finish(rows, warn)
+    return table.frame(warn)
 
 
 def _list_files(folder: Path, types: set[str]) -> tuple[list[Path], int]:
@@ -249,46 +252,79 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
-def _uniform_metadata(rows: list[dict[str, Any]]) -> None:
+def _uniform_metadata(raw_data: list[dict[str, Any] | None]) -> None:
     """Make each metadata field parquet-safe: one scalar type per field across all documents.
 
     JSON files can hold 2020 in one record and "2020" in the next, or nested objects; parquet
     needs one type per field, so such fields are stored as text (JSON for nested values).
     """
     types: dict[str, set[type]] = {}
-    for row in rows:
-        for key, value in (row["raw_data"] or {}).items():
+    for meta in raw_data:
+        for key, value in (meta or {}).items():
             if value is not None:
                 types.setdefault(key, set()).add(type(value))
     mixed = {k for k, ts in types.items() if len(ts) > 1 or not ts <= {str, int, float, bool}}
     if not mixed:
         return
-    for row in rows:
-        meta = row["raw_data"]
+    for meta in raw_data:
         if meta:
             for key in mixed & meta.keys():
                 if meta[key] is not None:
                     meta[key] = _as_text(meta[key])
 
 
-def _finish(rows: list[dict[str, Any]], warn: Callable[[str], None]) -> pd.DataFrame:
-    _uniform_metadata(rows)
-    first_with_text: dict[str, str] = {}
-    used: set[str] = set()
-    for i, row in enumerate(rows):
-        where = row["source"]
-        earlier = first_with_text.setdefault(row["text"], where)
+class _Columns:
+    """The documents table as it is read: one list per column and the texts in Arrow chunks
+    (store/text_column.py), each document's id made as it comes. A dict per document, and every
+    text kept as a Python string until the end, held the corpus text twice beside its table."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.titles: list[str] = []
+        self.texts = TextColumn()
+        self.raw_data: list[dict[str, Any] | None] = []
+        self.paths: list[str] = []
+        self.created: list[str] = []
+        self._used: set[str] = set()
+        self._first_with_text: dict[bytes, str] = {}  # a digest of the text, not the text
+        self._repeats: list[str] = []  # warnings, given after the reading's own
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, record: dict[str, Any], path: str, created: str) -> None:
+        title, text, where = record["title"], record["text"], record["source"]
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+        earlier = self._first_with_text.setdefault(digest, where)
         if earlier != where:
-            warn(f"{where} has the same text as {earlier}; both are kept as separate documents")
-        doc_id = content_id(row["title"], row["text"])
+            self._repeats.append(f"{where} has the same text as {earlier}; both are kept as separate documents")
+        doc_id = content_id(title, text)
         # Same title and same text (e.g. a row repeated in a CSV): the ids must still differ,
         # and must still be stable, so number the repeats in their (sorted) order.
         k = 1
-        while doc_id in used:
+        while doc_id in self._used:
             k += 1
-            doc_id = content_id(row["title"], row["text"], str(k))
-        used.add(doc_id)
-        row["id"] = doc_id
-        row["human_readable_id"] = i
-        row["text_unit_ids"] = []
-    return pd.DataFrame(rows, columns=COLUMNS)
+            doc_id = content_id(title, text, str(k))
+        self._used.add(doc_id)
+        self.ids.append(doc_id)
+        self.titles.append(title)
+        self.texts.append(text)
+        self.raw_data.append(record["raw_data"])
+        self.paths.append(path)
+        self.created.append(created)
+
+    def frame(self, warn: Callable[[str], None]) -> pd.DataFrame:
+        for message in self._repeats:
+            warn(message)
+        _uniform_metadata(self.raw_data)
+        n = len(self.ids)
+        return pd.DataFrame({
+            "id": pd.Series(self.ids),
+            "human_readable_id": np.arange(n, dtype=np.int64),
+            "title": pd.Series(self.titles),
+            "text": self.texts.series(),
+            "text_unit_ids": pd.Series([[] for _ in range(n)], dtype=object),
+            "creation_date": pd.Series(self.created),
+            "raw_data": pd.Series(self.raw_data, dtype=object),
+            "path": pd.Series(self.paths),
+        }, columns=COLUMNS)

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..store.tables import content_id
+from ..store.text_column import TextColumn
 from ..tokens import encode, encoding
 
 COLUMNS = ["id", "human_readable_id", "text", "n_tokens", "document_id", "document_ids", "chunk_index"]
@@ -110,7 +111,14 @@ def make_text_units(documents: pd.DataFrame, *, size: int, overlap: int) -> pd.D
     if size < 1 or not 0 <= overlap < size:
         raise ValueError(f"need size >= 1 and 0 <= overlap < size (got size={size}, overlap={overlap})")
     docs = documents.sort_values("human_readable_id", kind="stable") if "human_readable_id" in documents else documents
-    rows: list[dict] = []
+    # One list per column, not one dict per unit, and the texts in Arrow chunks as they are cut
+    # (store/text_column.py): the dicts and a list of every unit's text beside its Arrow copy
+    # were a transient peak that grew with the corpus.
+    ids: list[str] = []
+    texts = TextColumn()
+    n_tokens: list[int] = []
+    doc_ids: list[str] = []
+    chunk_index: list[int] = []
     for doc_id, text in zip(docs["id"], docs["text"]):
         used: set[str] = set()
         for index, (_, piece, count) in enumerate(split_text(text or "", size=size, overlap=overlap)):
@@ -118,17 +126,25 @@ def make_text_units(documents: pd.DataFrame, *, size: int, overlap: int) -> pd.D
             if unit_id in used:  # a passage repeated verbatim in one document
                 unit_id = content_id(doc_id, piece, str(index))
             used.add(unit_id)
-            rows.append({
-                "id": unit_id,
-                "human_readable_id": len(rows),
-                "text": piece,
-                "n_tokens": count,
-                "document_id": doc_id,
-                "document_ids": [doc_id],
-                "chunk_index": index,
-            })
-    units = pd.DataFrame(rows, columns=COLUMNS)
-    return units.astype({"human_readable_id": "int64", "n_tokens": "int64", "chunk_index": "int64"})
+            ids.append(unit_id)
+            texts.append(piece)
+            n_tokens.append(count)
+            doc_ids.append(doc_id)
+            chunk_index.append(index)
+    return pd.DataFrame({
+        "id": _strings(ids),
+        "human_readable_id": np.arange(len(ids), dtype=np.int64),
+        "text": texts.series(),
+        "n_tokens": np.asarray(n_tokens, dtype=np.int64),
+        "document_id": _strings(doc_ids),
+        "document_ids": pd.Series([[d] for d in doc_ids], dtype=object),
+        "chunk_index": np.asarray(chunk_index, dtype=np.int64),
+    }, columns=COLUMNS)
+
+
+def _strings(values: list[str]) -> pd.Series:
+    """A column as a table built from rows would have it (object dtype when there are none)."""
+    return pd.Series(values) if values else pd.Series([], dtype=object)
 
 
 def link_documents(documents: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
