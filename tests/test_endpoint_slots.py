@@ -88,10 +88,9 @@ def test_per_server_limits_and_least_loaded_choice_hold_with_the_queue():
 def test_a_cancelled_waiter_passes_its_slot_on_and_never_loses_one():
     eps = servers(2)
     got: list[int] = []
-    go = asyncio.Event
 
     async def scenario() -> None:
-        release = go()
+        release = asyncio.Event()
 
         async def request(i: int) -> None:
             async with eps.slot():
