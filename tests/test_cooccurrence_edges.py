@@ -86,5 +86,12 @@ def test_index_marks_weak_edges_and_weighs_them_below_extracted_ones(tmp_path, s
             assert weak["weight"].max() < extracted["weight"].min()
             # weak edges join communities like any edge
             assert set(weak["id"]) & {r for ids in comms["relationship_ids"] for r in ids}
+            # computed while the summaries were written, from the merged graph: the same edges
+            # as from the finished tables
+            again = cooccurrence_edges(tables["entities"], extracted, tables["text_units"], weight=weight,
+                                       language="en")
+            cols = ["id", "source", "target", "weight", "combined_degree"]
+            assert again[cols].values.tolist() == weak[cols].values.tolist()
+            assert [list(x) for x in again["text_unit_ids"]] == [list(x) for x in weak["text_unit_ids"]]
         else:
             assert weak.empty

@@ -262,19 +262,30 @@ async def _summarize(*, entity_instances: pd.DataFrame, relationship_instances: 
                      claim_instances: pd.DataFrame, units: pd.DataFrame, llm: ChatClient, embedder: Any,
                      language: str, numbering: Numbering | None, settings: Settings, bar: BarFactory) -> Output:
     extraction = extract.ExtractionResult(entity_instances, relationship_instances, claim_instances, failed=[])
-    n_items = summarize.merge_instances(extraction).size
+    graph = summarize.merge_instances(extraction)
+    n_items = graph.size
+    weight = settings.communities.cooccurrence_weight
+    early: asyncio.Future | None = None
+    if weight > 0 and not settings.resolution.enabled:
+        # The weak edges need names and units, not descriptions: computed in a thread while the
+        # summary calls are in flight, so the step's wall time is that of its calls. (After
+        # resolution they must wait: it renames and merges entities.)
+        shape_entities, shape_relationships = summarize.graph_shape(graph)
+        early = asyncio.ensure_future(asyncio.to_thread(cooccurrence_edges, shape_entities, shape_relationships,
+                                                        units, weight=weight, language=language))
     entities, relationships, covariates, failed = await summarize.summarize_graph(
-        extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items))
+        extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items), graph=graph)
+    del graph
     stats: dict[str, Any] = {}
     # opt-in: merge duplicate entities (resolve.py); not once the budget is used up
     if settings.resolution.enabled and not llm.budget_reached:
         entities, relationships, covariates, stats["resolution"] = await resolve.resolve_in_pipeline(
             entities, relationships, covariates, llm, embedder, settings=settings, language=language)
     relationships = relationships.assign(co_occurrence=False)
-    if settings.communities.cooccurrence_weight > 0:
-        # after resolution, so the weak edges join the final entities
-        weak = cooccurrence_edges(entities, relationships, units, weight=settings.communities.cooccurrence_weight,
-                                  language=language)
+    if weight > 0:
+        # with resolution, after it, so the weak edges join the final entities
+        weak = await early if early is not None else cooccurrence_edges(entities, relationships, units,
+                                                                         weight=weight, language=language)
         relationships = pd.concat([relationships, weak], ignore_index=True) if len(weak) else relationships
         stats["cooccurrence_edges"] = len(weak)
     if numbering is not None:

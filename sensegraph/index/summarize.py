@@ -221,16 +221,37 @@ async def _summarize(name: str, descriptions: list[str], llm: ChatClient, settin
     return summary or truncate("\n".join(descriptions), budget), True
 
 
+def graph_shape(graph: MergedGraph) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The merged graph's entities (title, aliases, text_unit_ids, frequency, degree) and
+    relationships (source, target) as the summarised tables will have them, before any
+    description is written: what the co-occurrence edges need, so they can be computed while
+    the summaries are."""
+    degree: dict[str, int] = {k: 0 for k in graph.entities}
+    for a, b in graph.relationships:
+        degree[a] += 1
+        degree[b] += 1
+    entities = sorted(graph.entities.values(), key=lambda e: (e.key, e.title))
+    title_of = {e.key: e.title for e in entities}
+    ents = pd.DataFrame({"title": [e.title for e in entities], "aliases": [e.aliases for e in entities],
+                         "text_unit_ids": [e.text_unit_ids for e in entities],
+                         "frequency": [len(e.text_unit_ids) for e in entities],
+                         "degree": [degree[e.key] for e in entities]})
+    pairs = sorted(graph.relationships)
+    rels = pd.DataFrame({"source": [title_of[a] for a, _ in pairs], "target": [title_of[b] for _, b in pairs]})
+    return ents, rels
+
+
 async def summarize_graph(extraction: ExtractionResult, text_units: pd.DataFrame, llm: ChatClient, *,
                           settings: Settings, language: str,
-                          advance: Callable[[int], None] | None = None,
+                          advance: Callable[[int], None] | None = None, graph: MergedGraph | None = None,
                           ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     """Merged entities, relationships and covariates (claims), plus the ids of the entities and
     relationships whose summary call failed (they keep their joined descriptions).
 
     `advance(1)` is called once per merged entity and relationship (`merge_instances(...).size`
-    in all), whether or not it needed an LLM call."""
-    graph = merge_instances(extraction)
+    in all), whether or not it needed an LLM call. `graph`: `merge_instances(extraction)` when
+    the caller already has it."""
+    graph = graph if graph is not None else merge_instances(extraction)
     template = load_prompt("summarize_descriptions", language, settings.root)
     entities = sorted(graph.entities.values(), key=lambda e: (e.key, e.title))
     relationships = sorted(graph.relationships.values(), key=lambda r: r.key)
