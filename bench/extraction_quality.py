@@ -142,6 +142,14 @@ async def extract(settings, units: pd.DataFrame):
             cache.close()
 
 
+def judged(settings, checks: bool, ner):
+    """The settings with the name checks on or off (as configured when on) and NER as given:
+    how one cache of answers is judged raw, checked, or checked with NER names added."""
+    ex = settings.extraction
+    return settings.model_copy(update={"extraction": ex.model_copy(update={
+        "grounding": checks and ex.grounding, "drop_generic": checks and ex.drop_generic, "ner": ner})})
+
+
 XIYOUJI = DATA.parents[1] / "xiyouji-ch01-07.txt"
 CHINESE_GOLD = Path(__file__).resolve().parent / "data" / "xiyouji_ch01_gold.json"
 # A Chinese "entity" this long, or holding sentence punctuation, is a clause, not a name.
@@ -161,9 +169,7 @@ def chinese(settings) -> None:
     units = make_text_units(docs, size=settings.chunks.size, overlap=settings.chunks.overlap)
     gold = json.loads(CHINESE_GOLD.read_text(encoding="utf-8"))["entities"]
     for label, checks in (("raw answers", False), ("checked", True)):
-        run_settings = settings.model_copy(update={"extraction": settings.extraction.model_copy(
-            update={"grounding": checks and settings.extraction.grounding,
-                    "drop_generic": checks and settings.extraction.drop_generic})})
+        run_settings = judged(settings, checks, settings.extraction.ner)
         t0 = time.perf_counter()
         cache = open_cache(run_settings)
         llm = open_chat(run_settings, cache=cache)
@@ -206,9 +212,7 @@ def project(root: Path) -> None:
     language = resolve_language(settings.language, units["text"])
     rows = {}
     for label, checks, ner in (("raw", False, False), ("checked", True, False), ("ner", True, settings.extraction.ner)):
-        run_settings = settings.model_copy(update={"extraction": settings.extraction.model_copy(
-            update={"grounding": checks and settings.extraction.grounding, "ner": ner,
-                    "drop_generic": checks and settings.extraction.drop_generic})})
+        run_settings = judged(settings, checks, ner)
 
         async def run(run_settings=run_settings):
             cache = open_cache(run_settings)
@@ -268,9 +272,7 @@ def main() -> None:
     # the embedded model). The second and third extractions are all cache hits.
     columns = {}
     for label, checks, ner in (("raw", False, False), ("checked", True, False), ("ner", True, settings.extraction.ner)):
-        run_settings = settings.model_copy(update={"extraction": settings.extraction.model_copy(
-            update={"grounding": checks and settings.extraction.grounding, "ner": ner,
-                    "drop_generic": checks and settings.extraction.drop_generic})})
+        run_settings = judged(settings, checks, ner)
         t0 = time.perf_counter()
         extraction, usage = asyncio.run(extract(run_settings, units))
         columns[label] = measure(docs, units, extraction, settings.communities.cooccurrence_weight if checks else 0.0)

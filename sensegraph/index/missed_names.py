@@ -47,10 +47,10 @@ DESCRIPTION_WORDS = 40
 
 
 def enabled(settings: Settings, language: str) -> bool:
-    ner = settings.extraction.ner
-    if language != "en" or ner is False or ner == "false":
+    ner = settings.extraction.ner  # True, False or "auto" (the settings model admits no other)
+    if language != "en" or ner is False:
         return False
-    return ner is True or ner == "true" or settings.chat.provider == "local"
+    return ner is True or settings.chat.provider == "local"
 
 
 def _type_of(label: str, entity_types: list[str]) -> str | None:

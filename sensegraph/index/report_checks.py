@@ -52,13 +52,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..query.citations import citation_text
+
 COUNTS = (
     "reports_checked", "findings_written", "findings_kept", "findings_bookkeeping", "findings_uncited",
     "findings_unsupported", "findings_unknown_names", "citations_invalid", "reports_without_findings",
     "ratings_capped",
 )
 KINDS = ("Entities", "Relationships", "Claims", "Reports")
-MAX_IDS = 5  # per kind, as the prompt asks; more become "+more"
 
 # (size at most, cap), size = min(entities, relationships + 1); larger sizes are not capped.
 RATING_CAPS = ((1, 2.0), (2, 3.0), (4, 5.0), (9, 7.0))
@@ -276,14 +277,7 @@ def rewrite_citations(text: str, valid: dict[str, set[int]]) -> Rewritten:
                     out.invalid += 1
             if had_more and kind in valid:
                 more.add(kind)
-        pieces = []
-        for kind in KINDS:
-            if refs := kept.get(kind):
-                shown = ", ".join(str(r) for r in refs[:MAX_IDS])
-                if len(refs) > MAX_IDS or kind in more:
-                    shown += ", +more"
-                pieces.append(f"{kind} ({shown})")
-        return f"[Data: {'; '.join(pieces)}]" if pieces else ""
+        return citation_text(kept, KINDS, more)
 
     new = _CITATION.sub(one, text)
     new = re.sub(r"(\[Data: [^\[\]]*\])\]+", r"\1", new)  # "[Data: Entities (2)]]"

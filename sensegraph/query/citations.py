@@ -26,6 +26,22 @@ _ALIASES = {
 ORDER = ("Reports", "Entities", "Relationships", "Claims", "Sources")
 
 
+
+def citation_text(refs: dict[str, list[int]], order: tuple[str, ...], more: set[str]) -> str:
+    """One reference in the prompts' form, "[Data: Entities (5, 7); Relationships (23, +more)]":
+    kinds in `order`, at most MAX_IDS ids each, "+more" when ids were cut or the source said
+    more; "" when no id is left. Query answers and community reports both write it."""
+    pieces = []
+    for kind in order:
+        ids = refs.get(kind)
+        if not ids:
+            continue
+        shown = ", ".join(str(r) for r in ids[:MAX_IDS])
+        if len(ids) > MAX_IDS or kind in more:
+            shown += ", +more"
+        pieces.append(f"{kind} ({shown})")
+    return f"[Data: {'; '.join(pieces)}]" if pieces else ""
+
 def kind_of(word: str) -> str | None:
     return _ALIASES.get(word.strip().lower())
 
@@ -74,16 +90,7 @@ def normalise(text: str, valid: dict[str, set[int]]) -> tuple[str, Citations]:
                         parts[kind].append(ref)
                 else:
                     found.add(found.invalid, kind, ref)
-        pieces = []
-        for kind in ORDER:
-            refs = parts.get(kind)
-            if not refs:
-                continue
-            shown = ", ".join(str(r) for r in refs[:MAX_IDS])
-            if len(refs) > MAX_IDS or kind in more:
-                shown += ", +more"
-            pieces.append(f"{kind} ({shown})")
-        return f"[Data: {'; '.join(pieces)}]" if pieces else ""
+        return citation_text(parts, ORDER, more)
 
     new = _GROUP.sub(rewrite, text)
     new = re.sub(r"(\[Data: [^\[\]]*\])\]+", r"\1", new)  # "[Data: Reports (2)]]" as small models write it
