@@ -111,6 +111,7 @@ class MemorySampler:
         self.interval = interval
         self.page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20
         self.step = "start"
+        self.starts: list[tuple[str, float]] = []  # (step, perf_counter when it started)
         self.peaks: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -133,10 +134,12 @@ class MemorySampler:
 
         async def watched(self, name, fn, **kw):  # noqa: ANN001 - same signature as Steps.run
             sampler.step = name
+            sampler.starts.append((name, time.perf_counter()))
             try:
                 return await run(self, name, fn, **kw)
             finally:
                 sampler.step = f"after {name}"  # the pipeline's work between steps
+                sampler.starts.append((sampler.step, time.perf_counter()))
         Steps.run = watched
 
     def __enter__(self) -> "MemorySampler":
@@ -146,6 +149,67 @@ class MemorySampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class SlotTimeline:
+    """When each request slot was taken and given back, by model (chat / embedding) and by the
+    pipeline step running then: where the slots stood empty (the busy share's losses)."""
+
+    def __init__(self, sampler: "MemorySampler"):
+        self.sampler = sampler
+        self.spans: list[tuple[str, str, float, float]] = []  # (model, step, taken, freed)
+
+    def watch(self) -> None:
+        import contextlib
+
+        from sensegraph.llm.endpoints import Endpoints
+
+        slot = Endpoints.slot
+        timeline = self
+
+        @contextlib.asynccontextmanager
+        async def watched(self, avoid=None):  # noqa: ANN001 - same signature as Endpoints.slot
+            async with slot(self, avoid) as endpoint:
+                taken = time.perf_counter()
+                try:
+                    yield endpoint
+                finally:
+                    timeline.spans.append((timeline.kind(self), timeline.sampler.step, taken,
+                                           time.perf_counter()))
+        Endpoints.slot = watched
+        self._kinds: dict[int, str] = {}
+
+    def kind(self, endpoints: object) -> str:
+        # The chat client opens its endpoints first (pipeline._models), the embedder second.
+        return self._kinds.setdefault(id(endpoints), ("chat", "embedding")[min(1, len(self._kinds))])
+
+    def losses(self, concurrency: int, t_end: float) -> dict[str, dict[str, float]]:
+        """Per step: wall seconds, and the chat slots' empty time in seconds of all slots
+        (empty slot-seconds / concurrency), split into before the first request, the tail after
+        the slots were last all full, and the gaps between."""
+        import numpy as np
+
+        out: dict[str, dict[str, float]] = {}
+        bounds = self.sampler.starts + [("end", t_end)]
+        for (step, t0), (_, t1) in zip(bounds, bounds[1:]):
+            spans = [(a, b) for m, s, a, b in self.spans if m == "chat" and a < t1 and b > t0]
+            if t1 - t0 < 0.05:
+                continue
+            grid = np.arange(t0, t1, 0.01)
+            busy = np.zeros(len(grid))
+            for a, b in spans:
+                busy[(grid >= a) & (grid < b)] += 1
+            idle = np.clip(concurrency - busy, 0, None) * 0.01 / concurrency
+            full = np.nonzero(busy >= concurrency)[0]
+            first = np.nonzero(busy > 0)[0]
+            start = first[0] if len(first) else len(grid)
+            last_full = full[-1] if len(full) else start
+            out[step] = {"wall": t1 - t0, "chat_requests": len(spans),
+                         "mean_slot_s": float(np.mean([b - a for a, b in spans])) if spans else 0.0,
+                         "empty_s": float(idle.sum()), "before_first": float(idle[:start].sum()),
+                         "tail": float(idle[last_full + 1:].sum()),
+                         "gaps": float(idle[start:last_full + 1].sum())}
+        return out
 
 
 def worker(root: str, profile: str | None) -> None:
@@ -158,10 +222,27 @@ def worker(root: str, profile: str | None) -> None:
     settings = load_settings(root, env={})
     sampler = MemorySampler()
     sampler.watch_steps()
+    timeline = SlotTimeline(sampler)
+    timeline.watch()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     start_rss = sampler.rss_mb()
     t0 = time.perf_counter()
-    coro = run_index(settings, cache=False, allow_partial=True, log=lambda m: None)
+    lags: list[tuple[str, float]] = []  # (step, how late the event loop woke a 5 ms sleep)
+
+    async def indexed():
+        # The event loop's lag: a sleep that wakes late means the loop ran something else that
+        # long without a pause, and every answer that arrived meanwhile waited as long.
+        async def watch_lag() -> None:
+            while True:
+                t = time.perf_counter()
+                await asyncio.sleep(0.005)
+                lags.append((sampler.step, time.perf_counter() - t - 0.005))
+        lag_task = asyncio.ensure_future(watch_lag())
+        try:
+            return await run_index(settings, cache=False, allow_partial=True, log=lambda m: None)
+        finally:
+            lag_task.cancel()
+    coro = indexed()
     with sampler:
         if profile:
             import cProfile
@@ -171,7 +252,8 @@ def worker(root: str, profile: str | None) -> None:
             prof.dump_stats(profile)
         else:
             result = asyncio.run(coro)
-    wall = time.perf_counter() - t0
+    t_end = time.perf_counter()
+    wall = t_end - t0
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     total = result.stats["llm"]["total"]
     print(json.dumps({
@@ -185,6 +267,10 @@ def worker(root: str, profile: str | None) -> None:
         "calls": total["calls"],
         "requests": total.get("requests", total["calls"]),
         "failures": sum(len(v) for v in result.stats["failures"].values()),
+        "slot_losses": timeline.losses(settings.chat.concurrency, t_end),
+        "loop_lag": {step: {"late_s": round(sum(x for s, x in lags if s == step and x > 0.002), 2),
+                            "max_ms": round(1000 * max(x for s, x in lags if s == step), 1)}
+                     for step in dict.fromkeys(s for s, _ in lags)},
         "steps": {k: {"seconds": v.get("seconds"), "calls": v.get("calls"), "retries": v.get("retries")}
                   for k, v in result.stats["steps"].items()},
         "documents": len(result.tables["documents"]),
@@ -300,6 +386,14 @@ def report(r: dict, args: argparse.Namespace, n_docs: int, outer_wall: float, se
         print("requests per s by step (share of ideal): " + ", ".join(
             f"{k} {rate:.0f} ({rate / ideal:.2f})" for k, v in r["steps"].items() if v["calls"] and v["seconds"]
             for rate in [((v["calls"] or 0) + (v.get("retries") or 0)) / v["seconds"]]))
+    if args.latency > 0:
+        print("chat slots standing empty, in seconds of all slots (before the first request / "
+              "gaps / tail after the slots were last all full):")
+        for step, v in r["slot_losses"].items():
+            print(f"  {step:<28} wall {v['wall']:6.1f} s  {v['chat_requests']:5d} requests of {v['mean_slot_s'] * 1000:3.0f} ms  empty "
+                  f"{v['empty_s']:5.1f} s = {v['before_first']:.1f} / {v['gaps']:.1f} / {v['tail']:.1f}")
+    print("event loop late (sum of wake-ups >2 ms late, s / worst ms): " + ", ".join(
+        f"{k} {v['late_s']}/{v['max_ms']}" for k, v in r["loop_lag"].items()))
     print("peak RSS per step (MB, sampled every 20 ms): " + ", ".join(
         f"{k} {v}" for k, v in r["step_peak_rss_mb"].items()))
     overhead = r["cpu"] if args.latency == 0 else outside

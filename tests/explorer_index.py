@@ -140,8 +140,9 @@ def settings_for(root: Path, server: MockServer, index_method: str = "standard")
                 "retry_base_seconds": 0.01, "max_retries": 2}
     # No answer cache: tests change the scripted answer between questions.
     return load_settings(root, env={}, overrides={"chat": endpoint, "embedding": endpoint,
-                                                  # small chunks and clusters: a 3-level hierarchy
-                                                  "chunks": {"size": 60, "overlap": 20},
+                                                  # small chunks and clusters: a 3-level hierarchy with
+                                                  # the mock's answers (they follow the request body)
+                                                  "chunks": {"size": 80, "overlap": 20},
                                                   "communities": {"max_cluster_size": 3},
                                                   "cache": {"enabled": False}, "index_method": index_method})
 

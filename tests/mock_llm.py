@@ -506,7 +506,9 @@ class MockServer:
             if self.models is not None and body.get("model") not in self.models:
                 self._send(writer, 404, _error(f"The model `{body.get('model')}` does not exist", "model_not_found"))
                 return True
-            digest = hashlib.sha256(raw).digest()
+            # Of the body's content, not its bytes: a client that orders or spaces its fields
+            # differently gets the same answers and faults.
+            digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).digest()
             fault = self._fault(digest)
             with self._lock:
                 self._by_fault[fault] += 1

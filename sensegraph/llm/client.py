@@ -25,7 +25,7 @@ from ..tokens import count_tokens
 from .cache import Cache, cache_key
 from .endpoints import Endpoints
 from .limits import backoff_delay
-from .transport import LLMError, Retryable, describe_error, open_client, transient
+from .transport import TRANSPORT_ERRORS, LLMError, Retryable, describe_error, open_client, transient
 from .usage import Usage
 
 T = TypeVar("T", bound=BaseModel)
@@ -317,20 +317,25 @@ class ChatClient:
         """One HTTP request (streamed when `shown` is given) on the endpoint that has a slot: the
         answer and its token counts, or Retryable for a transient fault or an unusable answer."""
         kwargs: dict[str, Any] = dict(messages=messages, max_tokens=max_tokens, temperature=temperature)
-        if self.extra_body:
-            kwargs["extra_body"] = self.extra_body
+        # The body's fields the library would walk, field by field, to "transform" them (1.6 ms
+        # of CPU per call for a schema and a few messages, a third of the client's cost) go in
+        # `extra_body`, which it sends as given: they are plain JSON already.
+        body: dict[str, Any] = {**self.extra_body}
         if vary and schema is not None:
             # A deterministic server repeats an invalid answer; a little randomness gets a new one.
             kwargs["temperature"] = max(temperature, 0.4)
             kwargs["seed"] = vary
         mode = self._mode if schema is not None else None
         if mode == "json_schema":
-            kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+            body["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": schema.__name__, "schema": json_schema, "strict": True}}
         elif mode in ("json_mode", "prompt"):
             kwargs["messages"] = _with_hint(messages, _schema_hint(json_schema))
             if mode == "json_mode":
-                kwargs["response_format"] = {"type": "json_object"}
+                body["response_format"] = {"type": "json_object"}
+        # (`messages` is a required argument: an empty list, replaced by the body's.)
+        body["messages"], kwargs["messages"] = kwargs["messages"], []
+        kwargs["extra_body"] = body
         try:
             async with self.endpoints.slot(avoid) as endpoint:
                 self._check_budget(step, item)
@@ -349,14 +354,14 @@ class ChatClient:
                         chunks = await client.chat.completions.create(
                             **kwargs, stream=True, stream_options={"include_usage": True})
                         content, finish, usage = await _read_stream(chunks, shown)
-                except (openai.OpenAIError, httpx.TransportError, json.JSONDecodeError) as exc:
+                except (openai.OpenAIError, *TRANSPORT_ERRORS, json.JSONDecodeError) as exc:
                     if (fault := transient(exc, self._secrets)) is None:
                         raise
                     self.endpoints.faulted(endpoint, fault, rate_limited=isinstance(exc, openai.RateLimitError))
                     fault.endpoint = endpoint
                     raise fault from None
                 self.endpoints.answered(endpoint)
-        except (openai.OpenAIError, httpx.TransportError, json.JSONDecodeError) as exc:
+        except (openai.OpenAIError, *TRANSPORT_ERRORS, json.JSONDecodeError) as exc:
             if (fault := transient(exc, self._secrets)) is not None:
                 raise fault from None
             if (schema is not None and self._auto and isinstance(exc, openai.APIStatusError)

@@ -19,7 +19,7 @@ from ..tokens import count_tokens
 from .cache import Cache, cache_key
 from .limits import backoff_delay
 from .endpoints import Endpoint, Endpoints
-from .transport import LLMError, Retryable, describe_error, transient
+from .transport import TRANSPORT_ERRORS, LLMError, Retryable, describe_error, transient
 from .usage import Usage
 
 Kind = Literal["passage", "query"]
@@ -214,7 +214,7 @@ class Embedder:
                 model=endpoint.model or self.settings.model, **kwargs)
             self.endpoints.answered(endpoint)
             return reply
-        except (openai.OpenAIError, httpx.TransportError, ValueError) as exc:
+        except (openai.OpenAIError, *TRANSPORT_ERRORS, ValueError) as exc:
             if (fault := transient(exc, self._secrets)) is not None:
                 self.endpoints.faulted(endpoint, fault, rate_limited=isinstance(exc, openai.RateLimitError))
                 fault.endpoint = endpoint
