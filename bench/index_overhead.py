@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import resource
 import shutil
@@ -112,6 +113,7 @@ class MemorySampler:
         self.page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20
         self.step = "start"
         self.starts: list[tuple[str, float]] = []  # (step, perf_counter when it started)
+        self.cpu: dict[str, float] = {}  # CPU seconds of the process (all threads) per step
         self.peaks: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -135,9 +137,11 @@ class MemorySampler:
         async def watched(self, name, fn, **kw):  # noqa: ANN001 - same signature as Steps.run
             sampler.step = name
             sampler.starts.append((name, time.perf_counter()))
+            cpu0 = time.process_time()
             try:
                 return await run(self, name, fn, **kw)
             finally:
+                sampler.cpu[name] = time.process_time() - cpu0
                 sampler.step = f"after {name}"  # the pipeline's work between steps
                 sampler.starts.append((sampler.step, time.perf_counter()))
         Steps.run = watched
@@ -212,7 +216,7 @@ class SlotTimeline:
         return out
 
 
-def worker(root: str, profile: str | None) -> None:
+def worker(root: str, profile: str | None, timeline_on: bool = False) -> None:
     """Index `root` in this process; print measured figures as JSON (imports excluded)."""
     import asyncio
 
@@ -223,11 +227,24 @@ def worker(root: str, profile: str | None) -> None:
     sampler = MemorySampler()
     sampler.watch_steps()
     timeline = SlotTimeline(sampler)
-    timeline.watch()
+    if timeline_on:
+        timeline.watch()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     start_rss = sampler.rss_mb()
     t0 = time.perf_counter()
     lags: list[tuple[str, float]] = []  # (step, how late the event loop woke a 5 ms sleep)
+    gc_pauses: list[tuple[str, int, float]] = []  # (step, generation, seconds)
+    if timeline_on:
+        import gc
+
+        gc_start: list[float] = [0.0]
+
+        def on_gc(phase: str, info: dict) -> None:
+            if phase == "start":
+                gc_start[0] = time.perf_counter()
+            else:
+                gc_pauses.append((sampler.step, info["generation"], time.perf_counter() - gc_start[0]))
+        gc.callbacks.append(on_gc)
 
     async def indexed():
         # The event loop's lag: a sleep that wakes late means the loop ran something else that
@@ -237,11 +254,12 @@ def worker(root: str, profile: str | None) -> None:
                 t = time.perf_counter()
                 await asyncio.sleep(0.005)
                 lags.append((sampler.step, time.perf_counter() - t - 0.005))
-        lag_task = asyncio.ensure_future(watch_lag())
+        lag_task = asyncio.ensure_future(watch_lag()) if timeline_on else None
         try:
             return await run_index(settings, cache=False, allow_partial=True, log=lambda m: None)
         finally:
-            lag_task.cancel()
+            if lag_task is not None:
+                lag_task.cancel()
     coro = indexed()
     with sampler:
         if profile:
@@ -254,6 +272,8 @@ def worker(root: str, profile: str | None) -> None:
             result = asyncio.run(coro)
     t_end = time.perf_counter()
     wall = t_end - t0
+    if timeline_on and os.environ.get("SG_SPANS"):  # for a closer look: every slot and step start
+        Path(os.environ["SG_SPANS"]).write_text(json.dumps({"spans": timeline.spans, "starts": sampler.starts}))
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     total = result.stats["llm"]["total"]
     print(json.dumps({
@@ -267,11 +287,16 @@ def worker(root: str, profile: str | None) -> None:
         "calls": total["calls"],
         "requests": total.get("requests", total["calls"]),
         "failures": sum(len(v) for v in result.stats["failures"].values()),
-        "slot_losses": timeline.losses(settings.chat.concurrency, t_end),
+        "slot_losses": timeline.losses(settings.chat.concurrency, t_end) if timeline_on else {},
+        "gc": {step: {"seconds": round(sum(x for s, _, x in gc_pauses if s == step), 2),
+                      "gen2": sum(1 for s, g, _ in gc_pauses if s == step and g == 2),
+                      "max_ms": round(1000 * max(x for s, _, x in gc_pauses if s == step), 1)}
+               for step in dict.fromkeys(s for s, _, _ in gc_pauses)},
         "loop_lag": {step: {"late_s": round(sum(x for s, x in lags if s == step and x > 0.002), 2),
                             "max_ms": round(1000 * max(x for s, x in lags if s == step), 1)}
                      for step in dict.fromkeys(s for s, _ in lags)},
-        "steps": {k: {"seconds": v.get("seconds"), "calls": v.get("calls"), "retries": v.get("retries")}
+        "steps": {k: {"seconds": v.get("seconds"), "calls": v.get("calls"), "retries": v.get("retries"),
+                      "cpu": sampler.cpu.get(k)}
                   for k, v in result.stats["steps"].items()},
         "documents": len(result.tables["documents"]),
         "tokens": result.stats["steps"]["text_units"].get("tokens", 0),
@@ -288,7 +313,7 @@ def write_settings(root: Path, base_url: str, concurrency: int) -> None:
                 f"  concurrency: {concurrency}\n  retry_base_seconds: 0.01\n")
     (root / "settings.yaml").write_text(
         "chat:\n" + endpoint + "embedding:\n" + endpoint + "  batch_size: 64\n"
-        "cache:\n  enabled: false\n")
+        "cache:\n  enabled: false\n" + os.environ.get("SG_EXTRA_SETTINGS", ""))
 
 
 def print_profile(path: str, top: int = 25) -> None:
@@ -310,23 +335,28 @@ def main() -> None:
     ap.add_argument("--answer-scale", type=float, default=1.0,
                     help="the mock's answers this many times longer (more sentences and list items)")
     ap.add_argument("--profile", action="store_true", help="run the worker under cProfile and print top costs")
+    ap.add_argument("--timeline", action="store_true",
+                    help="record when each request slot was taken and freed, and the event loop's lag, "
+                         "and print where the slots stood empty per step (costs some client CPU)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary project folder")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--profile-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker, args.profile_out)
+        worker(args.worker, args.profile_out, args.timeline)
         return
     if not CORPUS.exists():
         sys.exit(f"corpus not found: {CORPUS}")
 
     tmp = Path(tempfile.mkdtemp(prefix="sg-bench-"))
     try:
-        with mock_server_process(args.latency, answer_scale=args.answer_scale) as server:
+        # --fast-vectors: the mock's embeddings must not stall its own chat answers (mock_llm.py)
+        with mock_server_process(args.latency, "--fast-vectors", answer_scale=args.answer_scale) as server:
             n_docs = extract_corpus(tmp / "input", args.limit, args.copies)
             write_settings(tmp, server.base_url, args.concurrency)
             prof_path = str(tmp / "profile.out") if args.profile else None
-            cmd = [sys.executable, __file__, "--worker", str(tmp)] + (["--profile-out", prof_path] if prof_path else [])
+            cmd = [sys.executable, __file__, "--worker", str(tmp)] + (["--profile-out", prof_path] if prof_path else []) \
+                + (["--timeline"] if args.timeline else [])
             server_cpu0 = server.cpu()
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -380,19 +410,26 @@ def report(r: dict, args: argparse.Namespace, n_docs: int, outer_wall: float, se
     print("-" * (w + 40))
     print("per step (s, calls): " + ", ".join(f"{k} {v['seconds']:.1f}s/{v['calls'] or 0}"
                                                for k, v in r["steps"].items()))
+    print("client CPU per step (s, and ms per request): " + ", ".join(
+        f"{k} {v['cpu']:.1f}" + (f"/{1000 * v['cpu'] / v['calls']:.1f}" if v["calls"] else "")
+        for k, v in r["steps"].items() if v.get("cpu") is not None))
     if args.latency > 0:
         # Each LLM step's own rate: its requests (answers + retries) over its wall time.
         ideal = args.concurrency / args.latency
         print("requests per s by step (share of ideal): " + ", ".join(
             f"{k} {rate:.0f} ({rate / ideal:.2f})" for k, v in r["steps"].items() if v["calls"] and v["seconds"]
             for rate in [((v["calls"] or 0) + (v.get("retries") or 0)) / v["seconds"]]))
-    if args.latency > 0:
+    if r["slot_losses"]:
         print("chat slots standing empty, in seconds of all slots (before the first request / "
               "gaps / tail after the slots were last all full):")
         for step, v in r["slot_losses"].items():
             print(f"  {step:<28} wall {v['wall']:6.1f} s  {v['chat_requests']:5d} requests of {v['mean_slot_s'] * 1000:3.0f} ms  empty "
                   f"{v['empty_s']:5.1f} s = {v['before_first']:.1f} / {v['gaps']:.1f} / {v['tail']:.1f}")
-    print("event loop late (sum of wake-ups >2 ms late, s / worst ms): " + ", ".join(
+    if r.get("gc"):
+        print("garbage collection (s / full collections / worst ms): " + ", ".join(
+            f"{k} {v['seconds']}/{v['gen2']}/{v['max_ms']}" for k, v in r["gc"].items()))
+    if r["loop_lag"]:
+        print("event loop late (sum of wake-ups >2 ms late, s / worst ms): " + ", ".join(
         f"{k} {v['late_s']}/{v['max_ms']}" for k, v in r["loop_lag"].items()))
     print("peak RSS per step (MB, sampled every 20 ms): " + ", ".join(
         f"{k} {v}" for k, v in r["step_peak_rss_mb"].items()))

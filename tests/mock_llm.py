@@ -31,6 +31,8 @@ import time
 from collections import Counter, deque
 from typing import Any
 
+import numpy as np
+
 FAULTS = ("429", "500", "503", "hang", "drop", "truncated", "invalid", "empty")
 # Also accepted in a script: "ok", "fenced" (valid JSON inside a code fence), "length" (cut JSON
 # with finish_reason=length) and any other HTTP status code such as "401", "404" or "400".
@@ -286,6 +288,13 @@ def _tokens(s: str) -> int:
     return max(1, len(s) // 4)
 
 
+def _fast_embedding(text: str, dim: int) -> np.ndarray:
+    # Uniform components from the text's hash, centred and normalised: a unit vector per text.
+    raw = np.frombuffer(hashlib.shake_256(text.encode("utf-8")).digest(4 * dim), dtype="<u4")
+    v = raw / 2.0**32 - 0.5
+    return v / (np.linalg.norm(v) or 1.0)
+
+
 def _embedding(text: str, dim: int) -> list[float]:
     rng = random.Random(hashlib.sha256(text.encode("utf-8")).digest())
     v = [rng.gauss(0.0, 1.0) for _ in range(dim)]
@@ -301,7 +310,7 @@ class MockServer:
                  script: list[str] | None = None, seed: int = 0, host: str = "127.0.0.1", port: int = 0,
                  reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
                  api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0,
-                 answer_scale: float = 1.0):
+                 answer_scale: float = 1.0, fast_vectors: bool = False):
         unknown = set(faults or {}) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)}; allowed: {', '.join(FAULTS)}")
@@ -320,6 +329,10 @@ class MockServer:
         self.yes_rate = yes_rate
         # Answers this many times longer (benchmarks: a model more verbose than this mock).
         self.answer_scale = answer_scale
+        # Vectors drawn by numpy (other values, same properties). The server is one event loop:
+        # drawn in Python, a batch of 64 vectors held every chat answer in flight back by ~15 ms,
+        # which no real server does; benchmarks that embed beside chat calls turn this on.
+        self.fast_vectors = fast_vectors
         # At most this many requests are worked on at once (0 = no limit); the rest queue, like
         # a GPU server at its batch limit, so latency grows with the queue instead of staying flat.
         self.batch_limit = batch_limit
@@ -600,8 +613,12 @@ class MockServer:
         b64 = body.get("encoding_format") == "base64"
         data = []
         for i, text in enumerate(inputs):
-            vec = _embedding(text, dim)
-            emb: Any = base64.b64encode(struct.pack(f"<{dim}f", *vec)).decode("ascii") if b64 else vec
+            if self.fast_vectors:
+                arr = _fast_embedding(text, dim)
+                emb: Any = base64.b64encode(arr.astype("<f4").tobytes()).decode("ascii") if b64 else arr.tolist()
+            else:
+                vec = _embedding(text, dim)
+                emb = base64.b64encode(struct.pack(f"<{dim}f", *vec)).decode("ascii") if b64 else vec
             data.append({"object": "embedding", "index": i, "embedding": emb})
         if fault == "empty":
             data = []
@@ -636,7 +653,7 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
                       script: list[str] | None = None, seed: int = 0, port: int = 0,
                       reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
                       api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0,
-                      answer_scale: float = 1.0) -> MockServer:
+                      answer_scale: float = 1.0, fast_vectors: bool = False) -> MockServer:
     """Start a mock server in a background thread; use as a context manager or call `.stop()`.
 
     faults: rates per fault, e.g. {"429": 0.1, "hang": 0.01} (FAULTS lists them).
@@ -649,10 +666,11 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
     answer_scale: answers this many times longer: descriptions, summaries and report texts of
             that many sentences, that many times more entities, relationships and findings per
             answer (up to the schema's maxItems); 1 = the usual answers.
+    fast_vectors: embeddings drawn by numpy, so a batch does not stall the server's chat answers.
     """
     return MockServer(latency=latency, faults=faults, script=script, seed=seed, port=port,
                       reject_formats=reject_formats, models=models, api_key=api_key, yes_rate=yes_rate,
-                      batch_limit=batch_limit, answer_scale=answer_scale).start()
+                      batch_limit=batch_limit, answer_scale=answer_scale, fast_vectors=fast_vectors).start()
 
 
 def main() -> None:
@@ -669,6 +687,8 @@ def main() -> None:
     ap.add_argument("--batch-limit", type=int, default=0, help="requests answered at once; the rest queue (0 = no limit)")
     ap.add_argument("--answer-scale", type=float, default=1.0,
                     help="answers this many times longer (more sentences, more list items up to maxItems)")
+    ap.add_argument("--fast-vectors", action="store_true",
+                    help="draw embeddings with numpy: a batch then does not hold back the chat answers in flight")
     ap.add_argument("--yes-rate", type=float, default=0.0,
                     help="share of yes/no fields (relevance verdicts; not gleaning's 'missed') answered yes")
     args = ap.parse_args()
@@ -682,7 +702,7 @@ def main() -> None:
                                reject_formats=tuple(x for x in args.reject.split(",") if x),
                                models=tuple(x for x in args.models.split(",") if x) or None,
                                api_key=args.api_key, yes_rate=args.yes_rate, batch_limit=args.batch_limit,
-                               answer_scale=args.answer_scale)
+                               answer_scale=args.answer_scale, fast_vectors=args.fast_vectors)
     print(f"mock LLM at {server.base_url} (latency {args.latency}s, faults {faults or 'none'})", flush=True)
     try:
         while True:

@@ -38,7 +38,7 @@ from ..config import Settings
 from ..llm import ChatClient, LLMError
 from ..prompts import load_prompt, render, to_messages
 from ..store.tables import content_id
-from ..tokens import count_tokens, truncate
+from ..tokens import count_tokens, encode, truncate
 from . import report_checks
 from .windows import run_windowed, window_of
 
@@ -96,6 +96,24 @@ def _piece(text: str) -> _Piece:
     return _Piece(text, count_tokens(text) + 1)
 
 
+class _Pieces(dict):
+    """Rendered rows by key, each rendered and counted when a community first needs it. Counting
+    every row of the graph up front held the step's first request back (1.4 s on the podcast
+    corpus with long descriptions); counted on demand, the cost is spread among requests in
+    flight, and each row is still counted once."""
+
+    def __init__(self, render: Callable[[Any], str], sources: dict[str, Any]):
+        super().__init__()
+        self._render, self._sources = render, sources
+
+    def __missing__(self, key: str) -> _Piece:
+        piece = self[key] = _piece(self._render(self._sources[key]))
+        return piece
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._sources
+
+
 @dataclass
 class _Elements:
     """Rendered rows of the whole graph, each counted once, looked up per community."""
@@ -112,12 +130,11 @@ class _Elements:
 
 def _elements(entities: pd.DataFrame, relationships: pd.DataFrame,
               covariates: pd.DataFrame | None) -> _Elements:
-    ent_piece, ent_rank, title_of = {}, {}, {}
+    ent_rows, ent_rank, title_of = {}, {}, {}
     for row in entities.itertuples(index=False):
         title = str(row.title)
         degree = int(getattr(row, "degree", 0) or 0)
-        ent_piece[title] = _piece(_row(row.human_readable_id, title, getattr(row, "type", ""),
-                                       row.description, degree))
+        ent_rows[title] = (row.human_readable_id, title, getattr(row, "type", ""), row.description, degree)
         ent_rank[title] = (-degree, int(row.human_readable_id))
         title_of[str(row.id)] = title
     claims: dict[str, list[_Piece]] = {}
@@ -128,17 +145,18 @@ def _elements(entities: pd.DataFrame, relationships: pd.DataFrame,
             claims.setdefault(str(row.subject_id), []).append(_piece(_row(
                 row.human_readable_id, row.subject_id, getattr(row, "object_id", ""),
                 getattr(row, "type", ""), getattr(row, "status", ""), period, row.description)))
-    edge, ends, edge_rank = {}, {}, {}
+    edge_rows, ends, edge_rank = {}, {}, {}
     for row in relationships.itertuples(index=False):
         rid = str(row.id)
         cd = getattr(row, "combined_degree", 0)
         cd = 0.0 if cd is None or (isinstance(cd, float) and math.isnan(cd)) else float(cd)
-        edge[rid] = _piece(_row(row.human_readable_id, row.source, row.target, row.description,
-                                int(cd) if cd.is_integer() else cd))
+        edge_rows[rid] = (row.human_readable_id, row.source, row.target, row.description,
+                          int(cd) if cd.is_integer() else cd)
         ends[rid] = (str(row.source), str(row.target))
         edge_rank[rid] = (-cd, int(row.human_readable_id))
     headers = {h: count_tokens(h) + 1 for h in (ENTITY_HEADER, CLAIM_HEADER, RELATIONSHIP_HEADER, REPORT_HEADER)}
-    return _Elements(ent_piece, ent_rank, claims, edge, ends, edge_rank, title_of, headers)
+    return _Elements(_Pieces(lambda v: _row(*v), ent_rows), ent_rank, claims, _Pieces(lambda v: _row(*v), edge_rows),
+                     ends, edge_rank, title_of, headers)
 
 
 @dataclass
@@ -250,25 +268,36 @@ class _Community:
                 + sum(el.edge[r].tokens for r in self.edge_ids))
 
 
-def _fits(text: str, budget: int) -> str:
-    """Line counts are estimates (tokens can merge across line breaks); cut the rare excess."""
-    return text if count_tokens(text) <= budget else truncate(text, budget)
+# From this many characters (~2,500 tokens) a context is counted in a worker thread: tiktoken
+# lets go of the interpreter while it encodes, so the event loop goes on reading the answers
+# of the requests in flight instead of standing still for milliseconds per report.
+LONG_CONTEXT_CHARS = 10_000
+
+
+async def _fitted(text: str, budget: int) -> tuple[str, int]:
+    """`text` cut to `budget` tokens, and its size in tokens."""
+    tokens = await asyncio.to_thread(encode, text) if len(text) >= LONG_CONTEXT_CHARS else encode(text)
+    if len(tokens) <= budget:
+        return text, len(tokens)
+    cut = truncate(text, budget)
+    return cut, count_tokens(cut)
 
 
 def _context(c: _Community, el: _Elements, communities: dict[int, _Community],
              reports: dict[int, Report], budget: int, packed: _Packed | None = None) -> tuple[str, bool]:
     """The context for one community and whether sub-community reports were used. `packed` is
-    its own elements packed to the budget, if the caller already has it."""
+    its own elements packed to the budget, if the caller already has it. Line counts are
+    estimates (tokens can merge across line breaks): `_fitted` cuts the rare excess."""
     if packed is None:
         packed = _pack(el, c.titles, c.edge_ids, budget)
     if packed.complete:
         # Does not read `reports`: write_reports relies on this to start such a community
         # without waiting for its sub-communities.
-        return _fits(packed.text(), budget), False
+        return packed.text(), False
     # Sub-communities with a report (copies of this community are not sub-communities).
     subs = [communities[n] for n in c.children if n in reports and not communities[n].carried]
     if not subs:
-        return _fits(packed.text(), budget), False
+        return packed.text(), False
 
     # +2: reports are separated by a blank line.
     report_piece = {s.number: _Piece(t, count_tokens(t) + 2)
@@ -278,7 +307,7 @@ def _context(c: _Community, el: _Elements, communities: dict[int, _Community],
     order = sorted((s for s in subs if report_piece[s.number].tokens < sizes[s.number]),
                    key=lambda s: (-sizes[s.number], s.number))
     if not order:
-        return _fits(packed.text(), budget), False
+        return packed.text(), False
 
     # Replace sub-communities one at a time until the rest fits. A cheap lower bound on the
     # remaining elements' size skips the exact packing until it can possibly succeed.
@@ -312,7 +341,7 @@ def _context(c: _Community, el: _Elements, communities: dict[int, _Community],
     parts = [REPORT_HEADER + "\n" + "\n\n".join(report_piece[s.number].text for s in kept)] if kept else []
     if rest.entities or rest.edges:
         parts.append(rest.text())
-    return _fits("\n\n".join(parts), budget), bool(kept)
+    return "\n\n".join(parts), bool(kept)
 
 
 def _remaining(c: _Community, replaced: list[_Community]) -> tuple[list[str], list[str]]:
@@ -495,6 +524,7 @@ async def write_reports(
                 advance(1)
             return
         context, used_sub = _context(c, el, comms, reports, budget, packed)
+        context, context_tokens = await _fitted(context, budget)
         messages = to_messages(render(template, input_text=context))
         try:
             report = await llm.structured(messages, Report, step=STEP, item=str(c.number),
@@ -504,7 +534,7 @@ async def write_reports(
         else:
             report = _checked(_clean(report), context, c, checks)
             reports[c.number] = report
-            rows[c.number] = _row_of(c, report, count_tokens(context), used_sub, today)
+            rows[c.number] = _row_of(c, report, context_tokens, used_sub, today)
         if advance:
             advance(1)
 

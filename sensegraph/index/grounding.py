@@ -121,7 +121,7 @@ def _abbreviation(text: str, period: int) -> bool:
     return bool(m) and (m.group(1).casefold() in _ABBREVIATIONS or (len(m.group(1)) == 1 and m.group(1).isupper()))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Token:
     folded: str
     original: str
@@ -146,30 +146,43 @@ class UnitText:
 
     @classmethod
     def of(cls, text: str) -> UnitText:
+        # Built for every text unit (extraction checks its answers' names against it, the weak
+        # edges look their sentences up in it): one pass over the words, the sentence of each
+        # found by walking the sentence starts rather than a search per word.
         unit = cls(text)
-        unit.sentence_starts = [0] + [m.end() for m in _SENTENCE_BREAK.finditer(text)
-                                      if m.end() < len(text) and not _abbreviation(text, m.start())]
+        starts = unit.sentence_starts = [0] + [m.end() for m in _SENTENCE_BREAK.finditer(text)
+                                               if m.end() < len(text) and not _abbreviation(text, m.start())]
         # Offsets are those of `text`: the possessive is blanked out, not removed.
         cleaned = _POSSESSIVE.sub(lambda m: " " * len(m.group(0)), text)
+        tokens, words, initials = unit.tokens, unit.words, unit.initials
         run: list[str] = []
-        previous = -1
+        sentence, previous = 0, -1
+        next_start = starts[1] if len(starts) > 1 else len(text) + 1
         for m in _WORD.finditer(cleaned):
-            word, sentence = m.group(0), unit.sentence_at(m.start())
-            unit.tokens.append(_Token(word.casefold(), word, sentence != previous, sentence))
+            position = m.start()
+            while position >= next_start:
+                sentence += 1
+                next_start = starts[sentence + 1] if sentence + 1 < len(starts) else len(text) + 1
+            word = m.group(0)
+            folded = word.casefold()
+            token = _Token(folded, word, sentence != previous, sentence)
+            tokens.append(token)
+            if folded in words:
+                words[folded].append(token)
+            else:
+                words[folded] = [token]
             previous = sentence
             # Acronyms: initials of runs of capitalised words, particles allowed inside
             # ("United Nations" -> "un", "Bank of America" -> "ba").
-            if word[:1].isupper():
-                run.append(word[0].casefold())
-            elif word.casefold() not in PARTICLES:
+            if word[0].isupper():
+                run.append(folded[0])
+                if len(run) >= 2:
+                    initials.add("".join(run))
+                    for i in range(1, len(run) - 1):
+                        initials.add("".join(run[i:]))
+            elif folded not in PARTICLES:
                 run = []
-            if len(run) >= 2:
-                unit.initials.add("".join(run))
-                for i in range(1, len(run) - 1):
-                    unit.initials.add("".join(run[i:]))
-        for t in unit.tokens:
-            unit.words.setdefault(t.folded, []).append(t)
-        for w in unit.words:
+        for w in words:
             unit.by_prefix.setdefault(w[:_STEM], set()).add(w)
         if has_han(text):
             unit.compact = _NOT_HAN_NAME.sub("", text)

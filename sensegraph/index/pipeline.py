@@ -9,9 +9,11 @@ step reads, as keyword arguments, and return its tables.
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 import time
-from collections.abc import Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
     on an index that was updated) keeps the human-readable ids of rows that existed."""
     out = settings.path(settings.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    _freeze_heap()
     numbering = Numbering(out) if keep_numbers or Numbering.kept_in(out) else None
     stats: dict[str, Any] = {"steps": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     failures: dict[str, list[str]] = {}
@@ -95,8 +98,11 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         docs = (await steps.run("documents", _documents, checkpoint=False, extra={"log": log})).tables["documents"]
         language = stats["language"] = resolve_language(settings.language, docs["text"])
         units = (await steps.run("text_units", _text_units, checkpoint=False, documents=docs)).tables["text_units"]
-        # Text-unit vectors are computed alongside extraction (into the cache), not after it.
-        prefetch = background(embed.prefetch_text_units(units, embedder))
+        # Each vector table is embedded from when its table is known: text units alongside
+        # extraction, entities alongside the reports (embed.EmbeddingRun).
+        vectors = embed.EmbeddingRun(embedder, out)
+        background(vectors.task)
+        vectors.add("text_units", units)
         if settings.index_method == "lazy":  # LazyGraphRAG: concepts by NLP instead of 3-4, no reports
             found = await steps.run("concepts", _concepts, writes=CONCEPTS, units=units, language=language)
             elements = (await steps.run("concept_graph", _concept_graph, writes=ELEMENTS, units=units,
@@ -112,6 +118,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                                         **{n: work.tables[n] for n in INSTANCES if n != "extracted_units"},
                                         extra={"bar": bar})).tables
             del work  # the instance tables (on disk under _work) are not read again: free them
+            vectors.add("entities", elements["entities"])
         docs, units = _link_text_units(docs, units, numbering, **elements)
         write_table(docs, out, "documents")
         write_table(units, out, "text_units")
@@ -130,13 +137,42 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         # (a lazy index searches its text units; its many concepts are embedded only if asked for)
         searched = tables if settings.index_method == "standard" else {"text_units": units}
         await steps.run("embed", _embed, checkpoint=False, tables=searched, embedder=embedder,
-                        extra={"prefetch": prefetch, "out": out, "bar": bar})
+                        extra={"run": vectors, "out": out, "bar": bar})
         if numbering is not None:
             numbering.save(tables)
         stats_path = _finish_stats(stats, usage, failures, out)
     if stats["failures"] and not allow_partial:
         raise IndexFailed(stats["failures"], stats_path, command)
     return IndexResult(out, tables, stats, stats["failures"])
+
+
+# How long a thread that wants the interpreter waits before the running one must hand it over.
+SWITCH_INTERVAL = 0.0005
+
+
+@contextmanager
+def _responsive_loop() -> Iterator[None]:
+    """The event loop shares the interpreter with the index's worker threads (the weak edges
+    computed beside the summary calls, long contexts counted beside the reports). At Python's
+    default interval of 5 ms a busy thread kept the loop waiting up to 5 ms at each wake-up,
+    and the answers that had arrived waited with it: in the first 1.5 s of the summaries only
+    one request was in flight of 25 allowed. At 0.5 ms the loop is back within half a
+    millisecond; with no thread busy nothing changes."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, SWITCH_INTERVAL))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+def _freeze_heap() -> None:
+    """Exempt every object alive now (the libraries' modules, classes and caches: a million of
+    them once pandas, pyarrow and openai are imported) from the cyclic garbage collector. They
+    live as long as the process anyway, and each full collection scanned them all: ~100 ms in
+    which the event loop stood still and every answer that arrived waited, several times a step."""
+    gc.collect()
+    gc.freeze()
 
 
 @asynccontextmanager
@@ -162,7 +198,8 @@ async def _models(settings: Settings, cache: bool | None):
             workers = RayWorkers(settings, settings.ray.address, settings.ray.workers)  # blocks while it connects
             llm.workers = embedder.workers = workers
             usage.pools = {"chat": workers.pool("chat"), "embedding": workers.pool("embedding")}
-        yield usage, llm, embedder, background
+        with _responsive_loop():
+            yield usage, llm, embedder, background
     finally:
         for task in tasks:
             if not task.done():
@@ -324,11 +361,10 @@ async def _reports(*, communities: pd.DataFrame, entities: pd.DataFrame, relatio
                   stats={"reports": len(reports), "checks": checks})
 
 
-async def _embed(*, tables: dict[str, pd.DataFrame], embedder: Any, prefetch: asyncio.Task | None, out: Path,
+async def _embed(*, tables: dict[str, pd.DataFrame], embedder: Any, run: embed.EmbeddingRun, out: Path,
                  bar: BarFactory, settings: Settings) -> Output:
-    if prefetch is not None:
-        await prefetch
-    vectors, failed = await embed.embed_tables(tables, embedder, out,
+    # The tables `run` was given earlier (text units, entities) are embedded already or in flight.
+    vectors, failed = await embed.embed_tables(tables, embedder, out, run=run,
                                                advance=bar("embeddings", embed.embedding_count(tables)))
     return Output({}, failed=failed, stats={"vectors": vectors})
 

@@ -396,9 +396,15 @@ def _context_numbers(text: str) -> set[float]:
     return found
 
 
+# A word starting with a month's first three letters ("mar" also for "Mars": the check only
+# ever lets more through), one pass over the context instead of one per month.
+_MONTH_START = re.compile(r"\b(" + "|".join(sorted({m[:3] for m in MONTHS})) + ")")
+
+
 def _context_months(text: str) -> set[int]:
     folded = text.lower()
-    months = {i + 1 for i, name in enumerate(MONTHS) if re.search(rf"\b{name[:3]}", folded)}
+    starts = set(_MONTH_START.findall(folded))
+    months = {i + 1 for i, name in enumerate(MONTHS) if name[:3] in starts}
     months |= {int(m) for m in re.findall(r"\b\d{4}[-/.](\d{1,2})(?:[-/.]\d{1,2})?\b", text) if 1 <= int(m) <= 12}
     months |= {int(m) for m in re.findall(r"(\d{1,2})\s*月", unicodedata.normalize("NFKC", text)) if 1 <= int(m) <= 12}
     return months

@@ -348,7 +348,10 @@ class ChatClient:
                     # The endpoint's model name (an Azure deployment); the cache key keeps self.model.
                     kwargs["model"] = endpoint.model or self.model
                     if shown is None:
-                        content, finish, usage = _answer_of(await client.chat.completions.create(**kwargs))
+                        # The reply's JSON as sent: building the library's pydantic objects for
+                        # it cost ~1 ms of CPU per answer, more for long ones.
+                        reply = await client.chat.completions.with_raw_response.create(**kwargs)
+                        content, finish, usage = _answer_of(reply.http_response.json())
                     else:
                         # Read inside the slot: the request is in flight until its last chunk.
                         chunks = await client.chat.completions.create(
@@ -393,11 +396,18 @@ def _with_hint(messages: Messages, hint: str) -> Messages:
 
 
 def _answer_of(reply: Any) -> tuple[str, str | None, Usage3]:
-    """Text, finish reason and token counts of a whole (not streamed) reply."""
-    if not reply.choices:
+    """Text, finish reason and token counts of a whole (not streamed) reply, from its JSON."""
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not choices or not isinstance(choices[0], dict):
         raise Retryable("the server returned no choices")
-    choice = reply.choices[0]
-    return choice.message.content or "", choice.finish_reason, _usage_of(reply.usage)
+    choice = choices[0]
+    message = choice.get("message") or {}
+    usage = reply.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    content = message.get("content") if isinstance(message, dict) else None
+    return (content if isinstance(content, str) else "", choice.get("finish_reason"),
+            (usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
+             (details.get("cached_tokens") or 0) if isinstance(details, dict) else 0))
 
 
 async def _read_stream(chunks: Any, shown: _Shown) -> tuple[str, str | None, Usage3]:

@@ -7,6 +7,8 @@ embed queries and passages differently ("query: " / "passage: " prefixes); `kind
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import threading
 from typing import Any, Literal
 
@@ -54,6 +56,27 @@ def _normalised(vectors: np.ndarray) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors / np.where(norms == 0, 1.0, norms)
+
+
+def _vectors_of(reply: Any, expected: int) -> tuple[np.ndarray, int]:
+    """The vectors of an embeddings reply's JSON in input order, and its prompt tokens (0 if it
+    gives none). Each vector is base64 float32, or a list of numbers from a server that ignores
+    `encoding_format`."""
+    data = reply.get("data") if isinstance(reply, dict) else None
+    if not isinstance(data, list) or not data:
+        # (a reply without vectors: a garbled answer, asked again)
+        raise Retryable("unusable reply from the server: no embedding data")
+    if len(data) != expected:
+        raise Retryable(f"the server returned {len(data)} vectors for {expected} texts")
+    try:
+        ordered = sorted(data, key=lambda d: d.get("index", 0))
+        rows = [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") if isinstance(d["embedding"], str)
+                else np.asarray(d["embedding"], dtype=np.float32) for d in ordered]
+        vectors = np.stack(rows).astype(np.float32, copy=False)
+    except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+        raise Retryable(f"unusable reply from the server: {type(exc).__name__}: {str(exc)[:200]}") from None
+    usage = reply.get("usage") or {}
+    return vectors, int(usage.get("prompt_tokens") or 0) if isinstance(usage, dict) else 0
 
 
 class Embedder:
@@ -189,12 +212,8 @@ class Embedder:
                     await endpoint.limiter.acquire(estimate)
                     use.requests += 1
                     reply = await self._request(endpoint, kwargs)
-                if len(reply.data) != len(batch):
-                    raise Retryable(f"the server returned {len(reply.data)} vectors for {len(batch)} texts")
-                ordered = sorted(reply.data, key=lambda d: d.index)
-                vectors = np.array([d.embedding for d in ordered], dtype=np.float32)
+                vectors, tokens = _vectors_of(reply, len(batch))
                 use.calls += 1
-                tokens = reply.usage.prompt_tokens if reply.usage and reply.usage.prompt_tokens else 0
                 use.prompt_tokens += tokens or sum(count_tokens(t) for t in batch)
                 return vectors
             except Retryable as exc:
@@ -210,8 +229,11 @@ class Embedder:
 
     async def _request(self, endpoint: Endpoint, kwargs: dict[str, Any]) -> Any:
         try:
-            reply = await self.endpoints.client(endpoint).embeddings.create(
-                model=endpoint.model or self.settings.model, **kwargs)
+            # base64 and the reply's JSON as sent: the library would turn each vector into a
+            # list of Python floats (and pydantic objects), which we would turn back into an array.
+            raw = await self.endpoints.client(endpoint).embeddings.with_raw_response.create(
+                model=endpoint.model or self.settings.model, encoding_format="base64", **kwargs)
+            reply = raw.http_response.json()
             self.endpoints.answered(endpoint)
             return reply
         except (openai.OpenAIError, *TRANSPORT_ERRORS, ValueError) as exc:
