@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from mock_llm import _chat_answer
 
 from sensegraph.config import ChatSettings, Settings
-from sensegraph.index.embed import embed_tables
+from sensegraph.index.embed import EmbeddingRun, embed_tables
 from sensegraph.index.extract import ENTITY_COLUMNS, ExtractionResult, extract_graph, graph_schema
 from sensegraph.index.summarize import summarize_graph
 from sensegraph.index.windows import MIN_WINDOW, WINDOW_PER_SLOT, window_of
@@ -152,6 +152,51 @@ def test_embeddings_keep_a_window_of_batches_and_write_vectors_in_row_order(tmp_
     assert [int(v) for v in index.vectors[:, 0]] == [i + 1 for i in range(80)]
     assert VectorIndex.load(tmp_path, "entities").ids == ["e2"]
     assert sorted(p.name for p in (tmp_path / "embeddings").iterdir()) == ["entities.parquet", "text_units.parquet"]
+
+
+def test_a_table_added_early_is_embedded_before_the_embed_step_and_every_table_is_in_row_order(tmp_path):
+    units = pd.DataFrame({"id": [f"u{i}" for i in range(40)], "text": ["x" * (i + 1) for i in range(40)]})
+    entities = pd.DataFrame({"id": [f"e{i}" for i in range(6)], "title": list("ABCDEF"), "description": list("abcdef")})
+    reports = pd.DataFrame({"id": ["r0", "r1", "r2"], "full_content": ["# one", "# two", "# three"]})
+    fake = Embedder(2)
+    ticks: list[int] = []
+
+    async def index() -> tuple[int, tuple[dict[str, int], list[str]]]:
+        vectors = EmbeddingRun(fake, tmp_path)
+        vectors.add("text_units", units)  # when the text units are known, before extraction
+
+        async def extraction() -> None:  # the chat steps run meanwhile; finish() is not called yet
+            while vectors.done < len(units):
+                await asyncio.sleep(0.005)
+        await asyncio.wait_for(extraction(), timeout=30)
+        early = vectors.done
+        vectors.add("entities", entities)  # after the summaries
+        tables = {"text_units": units, "entities": entities, "community_reports": reports}
+        return early, await embed_tables(tables, fake, tmp_path, advance=ticks.append, run=vectors)
+
+    early, (counts, failed) = run(index())
+    assert early == 40 and counts == {"text_units": 40, "entities": 6, "community_reports": 3} and failed == []
+    assert sum(ticks) == 49  # the bar, made at the embed step, is advanced by what was done before it
+    for name, table in (("text_units", units), ("entities", entities), ("community_reports", reports)):
+        assert VectorIndex.load(tmp_path, name).ids == list(table["id"])
+    assert fake.open.peak <= window_of(fake)
+
+
+def test_an_embedding_run_stopped_midway_writes_no_vector_table(tmp_path):
+    units = pd.DataFrame({"id": [f"u{i}" for i in range(40)], "text": ["x" * (i + 1) for i in range(40)]})
+    fake = Embedder(2)
+
+    async def stopped() -> None:
+        vectors = EmbeddingRun(fake, tmp_path)
+        vectors.add("text_units", units)
+        while vectors.done < 4:
+            await asyncio.sleep(0.001)
+        vectors.task.cancel()  # what the pipeline does when a run stops (budget, Ctrl-C, an error)
+        await asyncio.gather(vectors.task, return_exceptions=True)
+
+    run(stopped())
+    embeddings = tmp_path / "embeddings"
+    assert not embeddings.exists() or list(embeddings.iterdir()) == []  # no table, no temporary file
 
 
 def test_vector_writer_writes_what_write_vectors_writes_whatever_order_the_batches_come_in(tmp_path):

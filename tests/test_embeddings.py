@@ -109,6 +109,25 @@ class FakeEmbeddings:
         return Embedder(s, cache=cache, http_client=http)
 
 
+def test_vectors_are_asked_for_as_base64_and_a_server_answering_lists_is_understood(tmp_path):
+    import base64
+
+    fake = FakeEmbeddings()  # answers lists of floats, whatever encoding_format says
+    emb = fake.embedder(dimensions=8)
+    listed = run(emb.embed(["one", "two"]))
+    assert all(r["encoding_format"] == "base64" for r in fake.requests)
+
+    def as_base64(request: httpx.Request) -> httpx.Response:
+        reply = json.loads(fake.handler(request).content)
+        for d in reply["data"]:
+            d["embedding"] = base64.b64encode(np.asarray(d["embedding"], "<f4").tobytes()).decode()
+        return httpx.Response(200, json=reply)
+
+    s = EmbeddingSettings(provider="openai", model="fake-embed", base_url="http://fake/v1", dimensions=8)
+    b64 = Embedder(s, cache=None, http_client=httpx.AsyncClient(transport=httpx.MockTransport(as_base64)))
+    assert np.allclose(run(b64.embed(["one", "two"])), listed, atol=1e-6)
+
+
 def test_openai_batches_and_normalises(tmp_path):
     fake = FakeEmbeddings()
     emb = fake.embedder(cache=Cache(tmp_path / "c.sqlite"), batch_size=3, dimensions=8)

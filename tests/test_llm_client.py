@@ -459,3 +459,36 @@ def test_server_prompt_cache_hits_are_recorded_apart():
                                 step="s", item="2", max_tokens=5))
     s = client.usage.step("s")
     assert (s.prompt_tokens, s.cached_prompt_tokens, s.completion_tokens) == (200, 80, 6)
+
+
+def test_replies_without_a_usable_choice_are_retried_and_token_counts_are_read_from_the_json():
+    import httpx
+
+    from sensegraph.config import ChatSettings
+
+    replies = [
+        {"id": "a", "object": "chat.completion", "choices": []},                        # no choice
+        {"id": "b", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop",
+                                                              "message": {"role": "assistant", "content": None}}]},
+        {"id": "c", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop",
+                                                              "message": {"role": "assistant", "content": "Hello."}}],
+         "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13,
+                   "prompt_tokens_details": {"cached_tokens": 8}}},
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=replies.pop(0))
+
+    s = ChatSettings(provider="openai", model="m", base_url="http://fake/v1", api_key="k", retry_base_seconds=0.001)
+    client = ChatClient(s, cache=None, http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+
+    async def ask():
+        try:
+            return await client.complete(messages("Say hello."), step="query", max_tokens=20)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(ask()) == "Hello."
+    use = client.usage.step("query")
+    assert use.retries == 2 and use.calls == 1 and replies == []
+    assert (use.prompt_tokens, use.completion_tokens, use.cached_prompt_tokens) == (11, 2, 8)

@@ -276,7 +276,7 @@ async def _concepts(*, units: pd.DataFrame, language: str, settings: Settings) -
     from . import concepts
 
     # In a thread: the NLP pipeline holds a core for minutes, while the text-unit embeddings
-    # started beside it (prefetch) can use the other one.
+    # started beside it (embed.EmbeddingRun) can use the other one.
     found = await asyncio.to_thread(concepts.concept_instances, units, language=language, settings=settings)
     return Output({"concept_instances": found}, stats={"concept_instances": len(found)})
 
