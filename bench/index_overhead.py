@@ -181,11 +181,12 @@ class SlotTimeline:
                     timeline.spans.append((timeline.kind(self), timeline.sampler.step, taken,
                                            time.perf_counter()))
         Endpoints.slot = watched
-        self._kinds: dict[int, str] = {}
 
-    def kind(self, endpoints: object) -> str:
-        # The chat client opens its endpoints first (pipeline._models), the embedder second.
-        return self._kinds.setdefault(id(endpoints), ("chat", "embedding")[min(1, len(self._kinds))])
+    @staticmethod
+    def kind(endpoints: object) -> str:
+        from sensegraph.config import EmbeddingSettings
+
+        return "embedding" if isinstance(getattr(endpoints, "settings", None), EmbeddingSettings) else "chat"
 
     def losses(self, concurrency: int, t_end: float) -> dict[str, dict[str, float]]:
         """Per step: wall seconds, and the chat slots' empty time in seconds of all slots

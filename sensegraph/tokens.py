@@ -32,6 +32,16 @@ def count_tokens(text: str) -> int:
     return len(encode(text))
 
 
+def within(text: str, max_tokens: int) -> tuple[str, int]:
+    """`truncate(text, max_tokens)` and its size in tokens, encoding `text` once when it fits
+    (it usually does: the caller wanted both, and counting then cutting encoded it twice)."""
+    tokens = encode(text)
+    if len(tokens) <= max_tokens:
+        return text, len(tokens)
+    cut = truncate(text, max_tokens)
+    return cut, count_tokens(cut)
+
+
 def truncate(text: str, max_tokens: int) -> str:
     """The longest prefix of `text` within `max_tokens`, never ending in half a character."""
     tokens = encode(text)

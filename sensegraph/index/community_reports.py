@@ -38,7 +38,7 @@ from ..config import Settings
 from ..llm import ChatClient, LLMError
 from ..prompts import load_prompt, render, to_messages
 from ..store.tables import content_id
-from ..tokens import count_tokens, encode, truncate
+from ..tokens import count_tokens, truncate, within
 from . import report_checks
 from .windows import run_windowed, window_of
 
@@ -276,11 +276,7 @@ LONG_CONTEXT_CHARS = 10_000
 
 async def _fitted(text: str, budget: int) -> tuple[str, int]:
     """`text` cut to `budget` tokens, and its size in tokens."""
-    tokens = await asyncio.to_thread(encode, text) if len(text) >= LONG_CONTEXT_CHARS else encode(text)
-    if len(tokens) <= budget:
-        return text, len(tokens)
-    cut = truncate(text, budget)
-    return cut, count_tokens(cut)
+    return await asyncio.to_thread(within, text, budget) if len(text) >= LONG_CONTEXT_CHARS else within(text, budget)
 
 
 def _context(c: _Community, el: _Elements, communities: dict[int, _Community],

@@ -26,7 +26,7 @@ import pandas as pd
 from ..config import Settings
 from ..llm import ChatClient, LLMError
 from ..prompts import load_prompt, render
-from ..tokens import count_tokens, encode, truncate
+from ..tokens import count_tokens, truncate, within
 from .extract import ExtractionResult, clean_name, normalize_name
 from .grounding import value_type
 from .windows import run_windowed, window_of
@@ -194,7 +194,7 @@ async def _summarize(name: str, descriptions: list[str], llm: ChatClient, settin
     max_words = max(10, s.max_tokens * 2 // 3)
     pending, sizes = [], []
     for d in descriptions:  # each description encoded once: counted, and cut if over the budget
-        cut, tokens = _within(d, budget)
+        cut, tokens = within(d, budget)
         pending.append(cut)
         sizes.append(tokens + 2)  # + the "- " bullet and newline
     summary: str | None = None
@@ -222,15 +222,6 @@ async def _summarize(name: str, descriptions: list[str], llm: ChatClient, settin
     except LLMError:
         return truncate("\n".join(descriptions), budget), False
     return summary or truncate("\n".join(descriptions), budget), True
-
-
-def _within(text: str, budget: int) -> tuple[str, int]:
-    """`text` cut to `budget` tokens (as `truncate`), and its size in tokens."""
-    tokens = encode(text)
-    if len(tokens) <= budget:
-        return text, len(tokens)
-    cut = truncate(text, budget)
-    return cut, count_tokens(cut)
 
 
 def graph_shape(graph: MergedGraph) -> tuple[pd.DataFrame, pd.DataFrame]:
