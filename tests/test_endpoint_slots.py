@@ -24,6 +24,21 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+async def queued_behind_a_held_slot(eps: Endpoints, n: int, order: list[int]):
+    """(the held slot, n requests queued behind it); each request appends its number to
+    `order` once it has a slot."""
+    async def request(i: int) -> None:
+        async with eps.slot():
+            order.append(i)
+            await asyncio.sleep(0)
+
+    holder = eps.slot()
+    await holder.__aenter__()
+    tasks = [asyncio.ensure_future(request(i)) for i in range(n)]
+    await settle()  # all of them queued behind the held slot
+    return holder, tasks
+
+
 def count_checks(monkeypatch) -> list[int]:
     """How many times anyone asked a server whether it has a free slot."""
     calls = [0]
@@ -42,16 +57,8 @@ def test_each_freed_slot_wakes_one_waiter_and_waiters_are_served_in_order(monkey
     n = 60
     order: list[int] = []
 
-    async def request(i: int) -> None:
-        async with eps.slot():
-            order.append(i)
-            await asyncio.sleep(0)
-
     async def scenario() -> None:
-        holder = eps.slot()
-        await holder.__aenter__()
-        tasks = [asyncio.ensure_future(request(i)) for i in range(n)]
-        await settle()  # all of them queued behind the held slot
+        holder, tasks = await queued_behind_a_held_slot(eps, n, order)
         checks[0] = 0
         await holder.__aexit__(None, None, None)
         await asyncio.wait_for(asyncio.gather(*tasks), HANG)
@@ -130,16 +137,8 @@ def test_waiters_behind_a_paused_server_run_when_its_pause_ends(monkeypatch):
     eps = servers(1)
     order: list[int] = []
 
-    async def request(i: int) -> None:
-        async with eps.slot():
-            order.append(i)
-            await asyncio.sleep(0)
-
     async def scenario() -> None:
-        holder = eps.slot()
-        await holder.__aenter__()
-        tasks = [asyncio.ensure_future(request(i)) for i in range(20)]
-        await settle()
+        holder, tasks = await queued_behind_a_held_slot(eps, 20, order)
         await holder.__aexit__(None, None, None)  # wakes tasks[0] ...
         eps.all[0].paused_until = time.monotonic() + 0.05  # ... but a 429 pauses the server first
         checks[0] = 0

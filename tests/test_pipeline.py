@@ -249,6 +249,26 @@ def test_full_index_tables_and_invariants(tmp_path, server):
     assert server.stats["requests"] == stats["llm"]["total"]["requests"]
 
 
+def test_an_index_run_puts_the_interpreter_settings_back(tmp_path, server, monkeypatch):
+    import gc
+    import sys
+
+    from sensegraph.index import pipeline
+
+    before = sys.getswitchinterval()
+    seen: list[tuple[float, int]] = []
+    real = pipeline._summarize
+
+    async def summarize(**kw):  # what the run sets while it runs
+        seen.append((sys.getswitchinterval(), gc.get_freeze_count()))
+        return await real(**kw)
+    monkeypatch.setattr(pipeline, "_summarize", summarize)
+    write_docs(tmp_path, DOCS)
+    index(settings_for(tmp_path, server))
+    assert seen and seen[0][0] == min(before, pipeline.SWITCH_INTERVAL) and seen[0][1] > 0
+    assert sys.getswitchinterval() == before and gc.get_freeze_count() == 0
+
+
 def test_rerun_costs_no_calls_and_gives_identical_tables(tmp_path, server):
     write_docs(tmp_path, DOCS)
     settings = settings_for(tmp_path, server)

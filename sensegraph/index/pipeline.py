@@ -88,7 +88,6 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
     on an index that was updated) keeps the human-readable ids of rows that existed."""
     out = settings.path(settings.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _freeze_heap()
     numbering = Numbering(out) if keep_numbers or Numbering.kept_in(out) else None
     stats: dict[str, Any] = {"steps": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     failures: dict[str, list[str]] = {}
@@ -152,27 +151,30 @@ SWITCH_INTERVAL = 0.0005
 
 @contextmanager
 def _responsive_loop() -> Iterator[None]:
-    """The event loop shares the interpreter with the index's worker threads (the weak edges
-    computed beside the summary calls, long contexts counted beside the reports). At Python's
-    default interval of 5 ms a busy thread kept the loop waiting up to 5 ms at each wake-up,
-    and the answers that had arrived waited with it: in the first 1.5 s of the summaries only
-    one request was in flight of 25 allowed. At 0.5 ms the loop is back within half a
-    millisecond; with no thread busy nothing changes."""
+    """For the run, nothing holds the event loop for long: every answer that arrives while it
+    is held waits, so a pause costs every request in flight at once. Both settings are the
+    process's, and are put back when the run ends.
+
+    - The switch interval: the loop shares the interpreter with the index's worker threads
+      (the weak edges computed beside the summary calls, long contexts counted beside the
+      reports). At Python's default of 5 ms a busy thread kept the loop waiting up to 5 ms at
+      each wake-up; in the first 1.5 s of the summaries only one request was in flight of 25
+      allowed. At 0.5 ms the loop is back within half a millisecond; with no thread busy
+      nothing changes.
+    - The objects alive when the run starts (the libraries' modules, classes and caches: a
+      million of them once pandas, pyarrow and openai are imported) are frozen out of the
+      cyclic garbage collector. Each full collection scanned them all, ~100 ms with the loop
+      standing still, several times a step. Unfrozen at the end, so whatever of them becomes
+      garbage later is still collected."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(min(before, SWITCH_INTERVAL))
+    gc.collect()
+    gc.freeze()
     try:
         yield
     finally:
+        gc.unfreeze()
         sys.setswitchinterval(before)
-
-
-def _freeze_heap() -> None:
-    """Exempt every object alive now (the libraries' modules, classes and caches: a million of
-    them once pandas, pyarrow and openai are imported) from the cyclic garbage collector. They
-    live as long as the process anyway, and each full collection scanned them all: ~100 ms in
-    which the event loop stood still and every answer that arrived waited, several times a step."""
-    gc.collect()
-    gc.freeze()
 
 
 @asynccontextmanager
