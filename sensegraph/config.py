@@ -126,6 +126,23 @@ class ChunkSettings(_Section):
         return self
 
 
+# Entity types whose names are concepts, products or works rather than proper names (the
+# default of extraction.concept_types).
+CONCEPT_TYPES = ("concept", "topic", "theme", "idea", "field", "discipline", "technology", "method",
+                 "product", "brand", "work", "work of art", "creative work", "book", "film", "law",
+                 "disease", "substance", "species")
+# A model whose name says it has at most this many billion parameters counts as small.
+SMALL_MODEL_BILLIONS = 4.0
+_MODEL_SIZE = re.compile(r"(?<![\w.])(?:\d+x)?(\d+(?:\.\d+)?)\s*b(?![a-z])", re.IGNORECASE)
+
+
+def model_billions(name: str) -> float | None:
+    """The parameter count a model's name states, in billions ("Qwen2.5-1.5B-Instruct" 1.5,
+    "qwen2.5:7b" 7, "8x7b" 7: the expert size), or None ("gpt-4o-mini")."""
+    sizes = [float(m.group(1)) for m in _MODEL_SIZE.finditer(name.replace("_", "-"))]
+    return sizes[-1] if sizes else None
+
+
 class ExtractionSettings(_Section):
     entity_types: list[str] = Field(
         default_factory=lambda: ["organization", "person", "geo", "event"], min_length=1
@@ -136,13 +153,19 @@ class ExtractionSettings(_Section):
     # max_tokens with repeats. Gleaning rounds can add more.
     max_entities: int = Field(25, ge=1)
     max_relationships: int = Field(30, ge=1)
-    # Checks of every extracted name against its text unit (index/grounding.py): drop names that
-    # do not occur there (invented), and common nouns and clauses ("city", "just three weeks
-    # shy of his birthday"). Dropped records are counted in stats.json.
-    grounding: bool = True
-    drop_generic: bool = True
+    # Which checks of the extracted names apply (index/grounding.py, docs/quality.md). lenient:
+    # names that are not in their text unit (invented) and copies of the prompt's examples are
+    # dropped; strict: also common nouns, clauses and over-long names, the errors of small
+    # models; off: none. auto = strict for a small model (the embedded one, or a model whose
+    # name gives at most SMALL_MODEL_BILLIONS parameters, "qwen2.5:3b"), lenient for the rest
+    # (hosted, large, or of unknown size). Dropped records are counted in stats.json.
+    checks: Literal["auto", "strict", "lenient", "off"] = "auto"
+    # Configured entity types meant for concepts, products and works ("machine learning",
+    # "inflation", "iPhone"): a name of one of these types is never dropped as a common noun.
+    # Compared case-insensitively, "_" and "-" as spaces; types not configured are ignored.
+    concept_types: list[str] = Field(default_factory=lambda: list(CONCEPT_TYPES))
     # Names the model missed, found by spaCy's NER in the unit (index/missed_names.py), added
-    # as entities: auto = for the embedded chat model (English), true, or false.
+    # as entities: auto = for a small chat model (as `checks: auto` tells them), English; true, false.
     ner: bool | Literal["auto"] = "auto"
     claims: bool = False
     claim_description: str = "Any claims or facts that could be relevant to information discovery."
@@ -297,6 +320,26 @@ class Settings(_Section):
     # Set by load_settings, not by the user: the project folder every relative path hangs off.
     root: str = "."
 
+    def small_chat_model(self) -> tuple[bool, str]:
+        """Whether the chat model is small (the checks of small models apply), and why."""
+        if self.chat.provider == "local":
+            return True, f"the embedded {self.local.size} model"
+        names = [self.chat.model] + [e.model for e in self.chat.endpoints if e.model]
+        sizes = [b for b in map(model_billions, names) if b is not None]
+        if not sizes:
+            return False, f"{self.chat.model!r} states no size: taken as a hosted or large model"
+        if max(sizes) <= SMALL_MODEL_BILLIONS:
+            return True, f"{self.chat.model!r} has {max(sizes):g}B parameters (at most {SMALL_MODEL_BILLIONS:g}B: small)"
+        return False, f"{self.chat.model!r} has {max(sizes):g}B parameters (more than {SMALL_MODEL_BILLIONS:g}B)"
+
+    def check_policy(self) -> tuple[str, str]:
+        """The checks of extracted names that apply ("strict", "lenient" or "off"), and why."""
+        chosen = self.extraction.checks
+        if chosen != "auto":
+            return chosen, "extraction.checks"
+        small, why = self.small_chat_model()
+        return ("strict" if small else "lenient"), f"auto: {why}"
+
     def query_context_tokens(self) -> int:
         """The context budget of one query call (map chunk, reduce context or answer context)."""
         if self.query.context_tokens:
@@ -412,12 +455,21 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return sorted(k for k in model.model_fields if k != "root")
 
 
+# Settings that earlier versions had, and what took their place.
+REPLACED = {
+    "extraction.grounding": "extraction.checks (auto, strict, lenient or off; lenient checks that names are in the text)",
+    "extraction.drop_generic": "extraction.checks (strict also drops common nouns and clauses; lenient does not)",
+}
+
+
 def _describe(err: ValidationError, source: str) -> str:
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"]
-        if e["type"] == "extra_forbidden":
+        if e["type"] == "extra_forbidden" and key in REPLACED:
+            msg = f"was replaced by {REPLACED[key]}"
+        elif e["type"] == "extra_forbidden":
             allowed = _allowed_keys(e["loc"][:-1])
             close = difflib.get_close_matches(str(e["loc"][-1]), allowed, n=1)
             msg = (f"is not a known setting{f' (did you mean {close[0]}?)' if close else ''}; "

@@ -473,5 +473,5 @@ def test_name_checks_can_be_turned_off(tmp_path):
     llm = ScriptedLLM(lambda b: {"missed": False} if schema_name(b) == "GleanCheck"
                       else {"entities": [ent("John Smith"), ent("city", "geo")], "relationships": []})
     result = run(extract_graph(units("The city slept."), llm.client(),
-                               settings=settings(tmp_path, grounding=False, drop_generic=False), language="en"))
+                               settings=settings(tmp_path, checks="off"), language="en"))
     assert result.entities["title"].tolist() == ["John Smith", "city"]

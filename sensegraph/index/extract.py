@@ -276,8 +276,7 @@ class _NameCheck:
 
     text: str
     examples: frozenset[str]
-    grounding: bool
-    drop_generic: bool
+    policy: str  # "strict", "lenient" or "off" (Settings.check_policy)
     _unit: UnitText | None = None
     _verdicts: dict[str, str] = field(default_factory=dict)
 
@@ -288,17 +287,18 @@ class _NameCheck:
         return self._verdicts[name]
 
     def _judge(self, name: str) -> str:
+        if self.policy == "off":
+            return ""
         if self.examples and _leaked(name, self.text, self.examples):
             return "example_leaks"
-        if not (self.grounding or self.drop_generic):
-            return ""
         if self._unit is None:
             self._unit = UnitText.of(self.text)
-        if self.drop_generic and clause(name):
+        strict = self.policy == "strict"
+        if strict and clause(name):
             return "names_clause"
-        if self.grounding and not grounded(name, self._unit):
+        if not grounded(name, self._unit):
             return "names_ungrounded"
-        if self.drop_generic and value_type(name) is None and generic(name, self._unit):
+        if strict and value_type(name) is None and generic(name, self._unit):
             return "names_generic"
         return ""
 
@@ -380,7 +380,7 @@ async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Sett
     if not complete:
         # The records already received are kept; the unit is reported as incomplete.
         out.failed = out.gleaning_failed = True
-    check = _NameCheck(text, frozenset(example_names(prompts["examples_graph"])), ex.grounding, ex.drop_generic)
+    check = _NameCheck(text, frozenset(example_names(prompts["examples_graph"])), settings.check_policy()[0])
     types = _configured(ex.entity_types)
     for rnd, answer in enumerate(answers):
         _entity_rows(answer, unit_id, rnd, out, counts, map_type, check, types)
