@@ -7,7 +7,9 @@ few-shot examples of `examples_graph.txt`, in the corpus language. What the mode
 checked in code before it is written: types are cleaned, deduplicated and capped (servers may
 ignore maxItems), and an example entity whose name is not written in its passage is dropped,
 with the relationships that used it. The result is a plan (a diff per file); nothing is written
-until `write_changes`.
+until `write_changes`. settings.yaml is edited line by line and keeps every comment (a type no
+longer listed whose line had a comment stays as a commented-out line); the comments the edit
+could not keep are measured on the two texts and named in the plan's notes.
 
 Every call goes through the one chat client with the answer cache, and the sample and prompts
 are a function of the input alone, so a rerun costs no call. The examples keep the exact
@@ -374,6 +376,18 @@ def with_domain(template: str, domain: str, language: str) -> str | None:
 
 _SECTION = re.compile(r"^extraction\s*:\s*(?:#.*)?$")
 _KEY = re.compile(r"^(?P<indent>[ \t]+)entity_types\s*:(?P<rest>.*)$")
+_ITEM = re.compile(r"^(?P<indent>[ \t]*)-(?:[ \t]+(?P<rest>.*))?$")
+_QUOTED = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^']|'')*'""")
+
+
+@dataclass
+class SettingsEdit:
+    """settings.yaml with new entity types, and what became of its comments."""
+
+    text: str
+    rewritten: bool  # the lines could not be edited: the YAML was written anew from its parsed form
+    dropped_comments: list[str]  # comments of the old text that `text` lacks (all of them when rewritten)
+    commented_out: list[str]  # types no longer listed whose line had a comment: that line kept, commented out
 
 
 def _scalar(t: str) -> str:
@@ -385,14 +399,179 @@ def _scalar(t: str) -> str:
     return t if plain else json.dumps(t, ensure_ascii=False)
 
 
+def _comment_start(line: str) -> int | None:
+    """Where the comment of one line of YAML begins: a "#" at the start or after a space, outside
+    quotes (a quote opens only where a scalar can start, so the "'" of "it's" opens none)."""
+    quote, i = "", 0
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if quote == '"' and ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""  # '' inside single quotes closes and reopens: the same for this scan
+        elif ch in "'\"" and (i == 0 or line[i - 1] in " \t[{,:-?"):
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1] in " \t"):
+            return i
+        i += 1
+    return None
+
+
 def _split_comment(rest: str) -> tuple[str, str]:
-    m = re.search(r"(?:^|\s+)#", rest)  # the comment keeps the spaces before it (its alignment)
-    return (rest[: m.start()], rest[m.start():]) if m else (rest, "")
+    """(value, comment) of the text after a key; the comment keeps the spaces before it (its alignment)."""
+    at = _comment_start(rest)
+    if at is None:
+        return rest, ""
+    value = rest[:at].rstrip(" \t")
+    return value, rest[len(value):]
 
 
-def _edited(text: str, flow: str) -> str | None:
-    """settings.yaml with extraction.entity_types set to `flow` by editing its lines (comments
-    and layout kept), or None for a layout this does not handle."""
+def yaml_comments(text: str) -> list[str]:
+    """The comments of a YAML text, each from its "#" to the end of its line, in order. Read line
+    by line, so a "#" inside a block scalar counts too; it is found in both texts compared, so
+    it never shows as dropped while its line is unchanged."""
+    found = []
+    for line in text.splitlines():
+        at = _comment_start(line)
+        if at is not None:
+            found.append(line[at:].strip())
+    return found
+
+
+def _missing(old: list[str], new: list[str]) -> list[str]:
+    """The comments of `old` not found in `new`, each matched once; a comment kept inside a
+    longer one (the commented-out item "# - geo  # places") counts as kept."""
+    left = list(new)
+    missing = []
+    for c in old:
+        hit = next((i for i, n in enumerate(left) if c in n), None)
+        if hit is None:
+            missing.append(c)
+        else:
+            left.pop(hit)
+    return missing
+
+
+def _flow_end(lines: list[str], j: int, value_at: int, end: int) -> int | None:
+    """The line where the flow list that starts on line `j` at column `value_at` closes, or None
+    if it does not close within the section."""
+    depth = 0
+    for i in range(j, end):
+        line = lines[i].rstrip("\r\n")[value_at if i == j else 0:]
+        at = _comment_start(line)
+        code = _QUOTED.sub("", line if at is None else line[:at])
+        depth += code.count("[") + code.count("{") - code.count("]") - code.count("}")
+        if depth <= 0:
+            return i
+    return None
+
+
+def _replace_flow(lines: list[str], j: int, close: int, key_line: str, eol: str) -> None:
+    """Lines j..close (a flow list) become `key_line`; the comments of the list's further lines
+    stay, each on a line of its own in the column it had."""
+    kept = []
+    for line in lines[j + 1: close + 1]:
+        body = line.rstrip("\r\n")
+        at = _comment_start(body)
+        if at is not None:
+            kept.append(" " * at + body[at:] + eol)
+    lines[j: close + 1] = [key_line, *kept]
+
+
+@dataclass
+class _Item:
+    leading: list[str]  # the comment and blank lines just above the item (what describes it)
+    line: str
+    indent: str
+    value: str
+    comment: str
+
+
+def _replace_block(lines: list[str], j: int, end: int, key_indent: str, types: list[str], key_line: str,
+                   eol: str) -> list[str] | None:
+    """The block list under the key on line `j` made to list `types`, in that order, with every
+    comment kept: a type still listed keeps its line (comment included) and the comment lines
+    above it; a type no longer listed goes, unless its line has a comment, and then the line
+    stays, commented out. Comment lines after the last item belong to what follows and are not
+    touched; a key with no item (a null value) gets the flow list. Returns the old types whose
+    lines were commented out, or None for a layout this does not handle (a nested value, an
+    item over several lines)."""
+    items: list[_Item] = []
+    pending: list[str] = []
+    k = j + 1
+    while k < end:
+        body = lines[k].rstrip("\r\n")
+        if not body.strip() or body.lstrip().startswith("#"):
+            pending.append(lines[k])
+            k += 1
+            continue
+        indent = re.match(r"[ \t]*", body).group(0)  # type: ignore[union-attr]
+        m = _ITEM.match(body)
+        if m is None or len(indent) < len(key_indent):
+            deeper = len(indent) > len(items[0].indent if items else key_indent)
+            if deeper:
+                return None  # an item continued on the next line, or a mapping under the key
+            break  # the next key
+        if items and indent != items[0].indent:
+            return None
+        value_text, comment = _split_comment(m.group("rest") or "")
+        try:
+            value = yaml.safe_load(value_text) if value_text.strip() else None
+        except yaml.YAMLError:
+            return None
+        if not isinstance(value, str):
+            return None
+        line = lines[k] if lines[k].endswith(("\n", "\r")) else lines[k] + eol
+        items.append(_Item(pending, line, indent, value, comment))
+        pending = []
+        k += 1
+    if not items:
+        lines[j] = key_line
+        return []
+    region_end = j + 1 + sum(len(it.leading) + 1 for it in items)
+    first: dict[str, _Item] = {}
+    for it in items:
+        first.setdefault(it.value, it)
+    wanted = set(types)
+    out: list[str] = []
+    placed: set[str] = set()
+    commented_out: list[str] = []
+
+    def place(t: str) -> None:
+        it = first.get(t)
+        out.extend([*it.leading, it.line] if it else [f"{items[0].indent}- {_scalar(t)}{eol}"])
+        placed.add(t)
+
+    pos = 0  # the next of `types` to place
+    for it in items:
+        if it.value in wanted and first[it.value] is it:
+            if it.value in placed:
+                continue  # placed earlier than its old position, with the comment lines above it
+            while types[pos] != it.value:
+                if types[pos] not in placed:
+                    place(types[pos])
+                pos += 1
+            place(it.value)
+            pos += 1
+        else:  # no longer listed (or listed twice): the comment lines above it stay where they were
+            out.extend(it.leading)
+            if it.comment:
+                cut = len(it.indent)
+                out.append(it.line[:cut] + "# " + it.line[cut:])
+                commented_out.append(it.value)
+    for t in types[pos:]:
+        if t not in placed:
+            place(t)
+    lines[j + 1: region_end] = out
+    return commented_out
+
+
+def _edited(text: str, types: list[str]) -> tuple[str, list[str]] | None:
+    """(settings.yaml with extraction.entity_types set to `types` by editing its lines, the old
+    types kept on commented-out lines), or None for a layout this does not handle. A flow list
+    stays a flow list, a block list a block list, and no comment is removed."""
+    flow = "[" + ", ".join(_scalar(t) for t in types) + "]"
     nl = "\r\n" if "\r\n" in text else "\n"
     lines = text.splitlines(keepends=True)
     start = next((i for i, ln in enumerate(lines) if _SECTION.match(ln.rstrip("\r\n"))), None)
@@ -400,7 +579,7 @@ def _edited(text: str, flow: str) -> str | None:
         if re.search(r"^extraction\s*:", text, re.M):
             return None  # e.g. a flow mapping on one line
         body = text if not text or text.endswith("\n") else text + nl
-        return body + (nl if body.strip() else "") + f"extraction:{nl}  entity_types: {flow}{nl}"
+        return body + (nl if body.strip() else "") + f"extraction:{nl}  entity_types: {flow}{nl}", []
     if not lines[start].endswith("\n"):
         lines[start] += nl
     end = start + 1
@@ -409,35 +588,34 @@ def _edited(text: str, flow: str) -> str | None:
     body = [ln for ln in lines[start + 1:end] if ln.strip() and ln[0] in " \t" and not ln.lstrip().startswith("#")]
     indent = re.match(r"[ \t]+", body[0]).group(0) if body else "  "  # type: ignore[union-attr]
     for j in range(start + 1, end):
-        m = _KEY.match(lines[j].rstrip("\r\n"))
+        line = lines[j].rstrip("\r\n")
+        m = _KEY.match(line)
         if not m or m.group("indent") != indent:
             continue
         value, comment = _split_comment(m.group("rest"))
-        eol = lines[j][len(lines[j].rstrip("\r\n")):] or nl
-        value = value.strip()
-        if value.startswith("[") and value.endswith("]"):
-            lines[j] = f"{indent}entity_types: {flow}{comment}{eol}"
-            return "".join(lines)
-        if value:
+        eol = lines[j][len(line):] or nl
+        key_line = f"{indent}entity_types: {flow}{comment}{eol}"
+        if value.strip().startswith("["):
+            close = _flow_end(lines, j, m.start("rest"), end)
+            if close is None:
+                return None
+            _replace_flow(lines, j, close, key_line, eol)
+            return "".join(lines), []
+        if value.strip():
             return None
-        k = j + 1  # a block list: its items are indented deeper, or start with "-" at the key's indent
-        while k < end and (not lines[k].strip() or (lines[k].startswith(indent) and (
-                lines[k][len(indent)] in " \t-" or lines[k].lstrip().startswith("#")))):
-            k += 1
-        while k > j + 1 and not lines[k - 1].strip():
-            k -= 1
-        lines[j:k] = [f"{indent}entity_types: {flow}{comment}{eol}"]
-        return "".join(lines)
+        commented_out = _replace_block(lines, j, end, indent, types, key_line, eol)
+        return None if commented_out is None else ("".join(lines), commented_out)
     lines.insert(start + 1, f"{indent}entity_types: {flow}{nl}")
-    return "".join(lines)
+    return "".join(lines), []
 
 
-def set_entity_types(text: str, types: list[str]) -> tuple[str, bool]:
-    """(settings.yaml text with extraction.entity_types = `types`, whether its comments were kept).
+def set_entity_types(text: str, types: list[str]) -> SettingsEdit:
+    """settings.yaml text with extraction.entity_types = `types`, and what became of its comments.
 
     The lines are edited in place; the result is accepted only if it parses to the old settings
     with just that key changed. Otherwise (a layout the edit does not know) the YAML is
-    rewritten from its parsed form, which keeps every setting but loses the comments."""
+    rewritten from its parsed form, which keeps every setting but loses the comments. Either
+    way `dropped_comments` is measured by comparing the two texts, not assumed."""
     old = yaml.safe_load(text) if text.strip() else {}
     old = old or {}
     if not isinstance(old, dict):
@@ -446,14 +624,18 @@ def set_entity_types(text: str, types: list[str]) -> tuple[str, bool]:
     if not isinstance(expected.get("extraction"), dict):
         expected["extraction"] = {}
     expected["extraction"]["entity_types"] = list(types)
-    edited = _edited(text, "[" + ", ".join(_scalar(t) for t in types) + "]")
+    edited = _edited(text, list(types))
     if edited is not None:
+        new_text, commented_out = edited
         try:
-            if yaml.safe_load(edited) == expected:
-                return edited, True
+            ok = yaml.safe_load(new_text) == expected
         except yaml.YAMLError:
-            pass
-    return yaml.safe_dump(expected, sort_keys=False, allow_unicode=True), False
+            ok = False
+        if ok:
+            return SettingsEdit(new_text, False, _missing(yaml_comments(text), yaml_comments(new_text)),
+                                commented_out)
+    return SettingsEdit(yaml.safe_dump(expected, sort_keys=False, allow_unicode=True), True,
+                        yaml_comments(text), [])
 
 
 # -- the whole run -------------------------------------------------------------------------------
@@ -534,12 +716,18 @@ def _plan(settings: Settings, s: Sample, domain: str, types: list[str], kept: li
                          "sensegraph's packaged prompt will not reach it (delete it to use the packaged one)")
     settings_path = Path(settings.root) / SETTINGS_FILE
     old_yaml = settings_path.read_text(encoding="utf-8") if settings_path.exists() else ""
-    new_yaml, kept_comments = set_entity_types(old_yaml, types)
-    changes.append(FileChange(settings_path, SETTINGS_FILE, old_yaml, new_yaml,
+    edit = set_entity_types(old_yaml, types)
+    changes.append(FileChange(settings_path, SETTINGS_FILE, old_yaml, edit.text,
                               "project" if settings_path.exists() else "none"))
-    if not kept_comments:
-        notes.append(f"{SETTINGS_FILE} is rewritten from its parsed form: its comments are lost "
-                     "(the layout of extraction.entity_types was not one the edit handles)")
+    lost = "; ".join(edit.dropped_comments[:10]) + (" …" if len(edit.dropped_comments) > 10 else "")
+    if edit.rewritten and edit.dropped_comments:
+        notes.append(f"{SETTINGS_FILE} is rewritten from its parsed form (the layout of extraction.entity_types "
+                     f"is not one the edit handles): its {len(edit.dropped_comments)} comment(s) are lost: {lost}")
+    elif edit.dropped_comments:
+        notes.append(f"{SETTINGS_FILE}: {len(edit.dropped_comments)} comment(s) are lost: {lost}")
+    if edit.commented_out:
+        notes.append(f"{SETTINGS_FILE}: entity types no longer listed keep their comment on a commented-out "
+                     f"line: {', '.join(edit.commented_out)}")
     if os.environ.get("SENSEGRAPH_EXTRACTION__ENTITY_TYPES"):
         notes.append("SENSEGRAPH_EXTRACTION__ENTITY_TYPES is set in the environment and overrides settings.yaml")
     if settings.index_method == "lazy":

@@ -325,25 +325,106 @@ def test_sample_is_seeded_and_spread_over_documents(tmp_path):
 @pytest.mark.parametrize("before, kept_line", [
     ("chat:\n  model: m   # mine\nextraction:\n  entity_types: [a, b]  # old\n  max_gleanings: 0\n",
      "  entity_types: [person, ship, \"yes\"]  # old\n"),
-    ("extraction:\n  max_gleanings: 0\n  entity_types:\n    - a   # first\n    - b\n\n# next\nquery:\n  level: 1\n",
-     "  entity_types: [person, ship, \"yes\"]\n\n# next\nquery:\n"),
+    ("extraction:\n  max_gleanings: 0\n  entity_types:\n    - a\n    - b\n\n# next\nquery:\n  level: 1\n",
+     "  entity_types:\n    - person\n    - ship\n    - \"yes\"\n\n# next\nquery:\n"),
     ("# top\nextraction:\n    max_gleanings: 0\n", "extraction:\n    entity_types: [person, ship, \"yes\"]\n    max_gleanings"),
     ("# top\nchat:\n  model: m\n", "# top\nchat:\n  model: m\n\nextraction:\n  entity_types: [person, ship, \"yes\"]\n"),
     ("", "extraction:\n  entity_types: [person, ship, \"yes\"]\n"),
 ])
 def test_entity_types_are_edited_in_place(before, kept_line):
-    after, kept = pt.set_entity_types(before, ["person", "ship", "yes"])
-    assert kept and kept_line in after
+    edit = pt.set_entity_types(before, ["person", "ship", "yes"])
+    assert not edit.rewritten and not edit.dropped_comments and kept_line in edit.text
     expected = yaml.safe_load(before) or {}
     expected.setdefault("extraction", {})["entity_types"] = ["person", "ship", "yes"]
-    assert yaml.safe_load(after) == expected
+    assert yaml.safe_load(edit.text) == expected
 
 
-def test_an_unusual_layout_is_rewritten_with_every_setting():
-    before = "# gone\nextraction: {entity_types: [a], max_gleanings: 0}\nchat: {model: m}\n"
-    after, kept = pt.set_entity_types(before, ["person"])
-    assert not kept and yaml.safe_load(after) == {"extraction": {"entity_types": ["person"], "max_gleanings": 0},
-                                                  "chat": {"model": "m"}}
+def comments_of(text: str) -> list[str]:
+    """The comments of a YAML text as a reader sees them ('#' to the end of the line)."""
+    return [ln[ln.index("#"):].strip() for ln in text.splitlines() if "#" in ln]
+
+
+COMMENTED = """\
+# my project
+extraction:   # what the model extracts
+  # the kinds of names
+  entity_types:   # tuned by prompt-tune
+    # people first
+    - person      # characters
+    - geo         # places
+    - event
+    # - festival  (too noisy)
+  # gleaning costs one call per text unit
+  max_gleanings: 1
+query:
+  level: 1        # broad answers
+"""
+
+
+def test_every_comment_of_a_block_list_and_its_section_is_kept():
+    edit = pt.set_entity_types(COMMENTED, ["ship", "person", "port"])
+    assert not edit.rewritten and edit.dropped_comments == []
+    parsed = yaml.safe_load(edit.text)
+    assert parsed["extraction"] == {"entity_types": ["ship", "person", "port"], "max_gleanings": 1}
+    assert parsed["query"] == {"level": 1}
+    for comment in comments_of(COMMENTED):
+        assert comment in edit.text, comment
+    # a kept type keeps its comment on its line; a removed type's comment stays with it, commented out
+    assert "    - person      # characters\n" in edit.text
+    assert "    # - geo         # places\n" in edit.text and edit.commented_out == ["geo"]
+    assert "\n    - event\n" not in edit.text  # a removed type without a comment just goes
+    assert "  # gleaning costs one call per text unit\n  max_gleanings: 1\n" in edit.text
+    # a rerun with the same types changes nothing
+    again = pt.set_entity_types(edit.text, ["ship", "person", "port"])
+    assert again.text == edit.text and not again.dropped_comments
+
+
+def test_an_indentless_block_list_keeps_the_comment_of_the_next_key():
+    before = "extraction:\n  entity_types:\n  - person  # who\n  - geo\n  # gleaning\n  max_gleanings: 0\n"
+    edit = pt.set_entity_types(before, ["person", "ship"])
+    assert edit.text == "extraction:\n  entity_types:\n  - person  # who\n  - ship\n  # gleaning\n  max_gleanings: 0\n"
+    assert not edit.dropped_comments and not edit.rewritten
+
+
+def test_a_flow_list_over_several_lines_keeps_its_comments_in_their_column():
+    before = ("extraction:\n  entity_types: [organization, person,   # who\n"
+              "                 geo, event]             # where\n  max_gleanings: 0   # none\n")
+    edit = pt.set_entity_types(before, ["person", "ship"])
+    assert not edit.rewritten and not edit.dropped_comments
+    assert edit.text == ("extraction:\n  entity_types: [person, ship]   # who\n"
+                         "                                         # where\n  max_gleanings: 0   # none\n")
+    assert yaml.safe_load(edit.text)["extraction"] == {"entity_types": ["person", "ship"], "max_gleanings": 0}
+
+
+def test_the_packaged_settings_template_keeps_every_comment():
+    template = (Path(pt.__file__).parent / "templates" / "settings.yaml").read_text(encoding="utf-8")
+    edit = pt.set_entity_types(template, ["person", "ship"])
+    assert not edit.rewritten and not edit.dropped_comments
+    assert comments_of(edit.text) == comments_of(template)
+
+
+def test_an_unusual_layout_is_rewritten_and_says_which_comments_are_lost():
+    before = "# gone\nextraction: {entity_types: [a], max_gleanings: 0}   # also gone\nchat: {model: m}\n"
+    edit = pt.set_entity_types(before, ["person"])
+    assert edit.rewritten and edit.dropped_comments == ["# gone", "# also gone"]
+    assert yaml.safe_load(edit.text) == {"extraction": {"entity_types": ["person"], "max_gleanings": 0},
+                                         "chat": {"model": "m"}}
+
+
+def test_the_output_says_what_became_of_the_comments(tmp_path, scripted_cli):
+    settings = SETTINGS_YAML.replace("  entity_types: [organization, person, geo, event]   # the defaults\n",
+                                     "  entity_types:\n    - person   # people\n    - geo      # places\n"
+                                     "  # gleaning is off\n")
+    root = make_project(tmp_path, settings=settings)
+    scripted_cli(ScriptedLLM(responder()))
+    res = cli("--root", str(root), "--yes")
+    assert res.exit_code == 0, res.output + res.stderr
+    text = (root / "settings.yaml").read_text()
+    for comment in comments_of(settings):
+        assert comment in text, comment
+    assert "    # - geo      # places" in text
+    assert "comments are lost" not in res.output
+    assert "no longer listed keep their comment on a commented-out line: geo" in res.output
 
 
 # -- the index uses what prompt-tune wrote ---------------------------------------------------------

@@ -32,7 +32,7 @@ def prompt_tune_command(root: str, sample: int, examples: int, dry_run: bool, ye
     \b
       prompts/<lang>/examples_graph.txt   the few-shot examples
       prompts/<lang>/extract_graph.txt    a first line naming the domain
-      settings.yaml                       extraction.entity_types (other lines kept)
+      settings.yaml                       extraction.entity_types (other lines and comments kept)
 
     A rerun on the same input takes every answer from the cache (no call). To go back to the
     defaults, delete those two prompt files and restore entity_types.
