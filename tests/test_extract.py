@@ -435,7 +435,7 @@ def test_names_are_checked_against_their_unit_and_what_fails_is_dropped_and_coun
         if schema_name(body) == "ExtractedGraph":
             return {"entities": [ent("Sweden", "geo"), ent("John Smith"), ent("fire", "event"), ent("city", "geo"),
                                  ent("just three weeks shy of his 42nd birthday", "event"), ent("ASCAP", "organization"),
-                                 ent("Ebenezer Scrooge"), ent("1947", "event"), ent("United Nations", "organization")],
+                                 ent("Ebenezer Scrooge"), ent("1947", "year"), ent("United Nations", "organization")],
                     "relationships": [rel("Ebenezer Scrooge", "ASCAP"), rel("John Smith", "ASCAP"),
                                       rel("Ebenezer Scrooge", "city"), rel("Scrooge", "1947")]}
         return {"missed": False}
@@ -446,12 +446,34 @@ def test_names_are_checked_against_their_unit_and_what_fails_is_dropped_and_coun
     result = run(extract_graph(units(text), llm.client(), settings=settings(tmp_path, max_gleanings=0), language="en"))
     # inflected ("Swedish"), part of a full name ("Scrooge"), an acronym the text uses: kept
     assert result.entities["title"].tolist() == ["Sweden", "ASCAP", "Ebenezer Scrooge", "1947", "United Nations"]
-    assert result.entities.set_index("title").loc["1947", "type"] == "date"  # not the model's "event"
+    # a type outside the configured list: the value's type, not the catch-all
+    assert result.entities.set_index("title").loc["1947", "type"] == "date"
     assert result.relationships[["source", "target"]].values.tolist() == [["Ebenezer Scrooge", "ASCAP"],
                                                                           ["Scrooge", "1947"]]
     st = result.stats
     assert (st["names_ungrounded"], st["names_generic"], st["names_clause"]) == (1, 2, 1)
     assert st["relationships_dropped"] == 2 and st["types_from_value"] == 1
+
+
+def test_a_configured_type_the_model_chose_is_kept_and_only_placeholders_are_typed_by_value(tmp_path):
+    # "May" the person, "1984" the novel, "3M" the company, 万里 a person's name: the old code
+    # made them a date, a date, a number and a number whatever the model said.
+    answers = [ent("May", "person"), ent("1984", "work"), ent("3M", "organization"), ent("万里", "person"),
+               ent("1947", "other"), ent("1 million", "unknown"), ent("March", "other")]
+
+    def respond(body):
+        if schema_name(body) == "ExtractedGraph":
+            return {"entities": answers, "relationships": []}
+        return {"missed": False}
+
+    text = "May said 3M sold 1 million copies of 1984 in 1947, one March. 万里说。"
+    result = run(extract_graph(units(text), ScriptedLLM(respond).client(), language="en",
+                               settings=settings(tmp_path, max_gleanings=0,
+                                                 entity_types=["person", "organization", "work", "other"])))
+    types = dict(zip(result.entities["title"], result.entities["type"]))
+    assert types == {"May": "person", "1984": "work", "3M": "organization", "万里": "person", "1947": "date",
+                     "1 million": "number", "March": "other"}  # a month alone is no unambiguous date
+    assert result.stats["types_from_value"] == 2
 
 
 def test_chinese_names_must_be_substrings_of_their_unit(tmp_path):

@@ -66,3 +66,73 @@ def test_a_lower_case_name_is_a_name_only_if_the_text_capitalises_the_phrase():
     assert not generic("paranormal activity", unit)  # the film's title, capitalised as a phrase
     other = UnitText.of("The Paranormal Military Squad met. There was paranormal activity.")
     assert generic("paranormal activity", other)
+
+
+# -- what a strong model answers, and inventions (issue "A good model loses nothing") ---------------
+
+@pytest.mark.parametrize("name,text", [
+    ("Georgia", "George went home."), ("Austria", "Austin is in Texas."), ("Nigeria", "The Niger flows."),
+    ("Parish", "Paris is a city."), ("Apollo 12", "Apollo 11 landed on the Moon."), ("Adams", "Adam ate."),
+    ("Tiny Hill Estates", "Tom saw the dog at the farm."),  # initials "the": a common word, not an acronym
+    ("Island Trust", "It is for him."), ("Alpha North Daily", "Bread and milk."), ("Fox Orange Radio", "It is for you."),
+])
+def test_inventions_are_not_grounded(name, text):
+    assert not grounded(name, UnitText.of(text))
+
+
+@pytest.mark.parametrize("name,text", [
+    ("Zurich", "She moved to Zürich in 1990."), ("Zürich", "She moved to Zurich."),
+    ("红楼梦", "他读了《紅樓夢》。"), ("紅樓夢", "他读了《红楼梦》。"), ("《红楼梦》", "他读了红楼梦。"),
+    ("United States", "He came to the U.S. in 1990."), ("U.S.", "The United States Army"),
+    ("Germany", "He moved to Ger-\nmany and stayed."), ("Apollo 11", "Ａｐｏｌｌｏ １１ landed."),
+    ("Swedish", "Sweden won."), ("Italy", "The Italian team"), ("China", "Chinese officials"),
+    ("NATO", "the North Atlantic Treaty Organization"), ("North Atlantic Treaty Organization", "NATO met."),
+    ("Church", "The churches were hit."), ("eBay", "He sold it on eBay."),
+])
+def test_a_strong_models_names_are_grounded_after_normalisation(name, text):
+    assert grounded(name, UnitText.of(text))
+
+
+def test_names_with_a_capital_anywhere_or_in_a_text_without_capitals_are_not_generic():
+    unit = UnitText.of("He sold phones on eBay and bought an iPhone running iOS. The pH was low.")
+    assert not any(generic(n, unit) for n in ("eBay", "iPhone", "iOS", "pH"))
+    lower = UnitText.of("i met john smith in paris last may. we ate at the ritz.")
+    assert not lower.cased and not any(generic(n, lower) for n in ("john smith", "paris", "the ritz"))
+    assert generic("fire", UnitText.of("The fire spread to the city. Fire crews came."))
+
+
+def test_titles_the_text_writes_are_not_clauses():
+    unit = UnitText.of("He worked at Yahoo! and won on Jeopardy! before Who Framed Roger Rabbit? came out. "
+                       "Prince William, Duke of Cambridge, met the United States Department of Health and Human "
+                       "Services.")
+    for name in ("Yahoo!", "Jeopardy!", "Who Framed Roger Rabbit?", "Prince William, Duke of Cambridge",
+                 "United States Department of Health and Human Services"):
+        assert not clause(name, unit), name
+    assert clause("just three weeks shy of his 42nd birthday", unit) and clause("he left; she stayed", unit)
+    # a title-cased clause the text does not write stays a clause
+    assert clause("Prince William, Duke Of The Realm", unit)
+
+
+def test_chinese_names_long_or_with_particle_characters_are_not_clauses():
+    unit = UnitText.of("中华人民共和国国务院与美国国家航空航天局会谈。他读了《中华人民共和国宪法》。")
+    for name in ("中华人民共和国国务院", "美国国家航空航天局", "《红楼梦》", "吗啡", "酒吧", "袁了凡"):
+        assert not clause(name, unit), name
+    assert not clause("中华人民共和国宪法", unit)  # set in 《》 by the text: a title
+    assert clause("猴王走了") and clause("那猴在山中，却会行走跳跃") and clause("仙童真个丰姿英伟像貌清奇比寻常俗子不同")
+
+
+@pytest.mark.parametrize("name,kind", [("May", None), ("March", None), ("3M", None), ("万里", None), ("5k", None),
+                                       ("$3M", "number"), ("May 1947", "date"), ("3 May", "date"),
+                                       ("十万", "number"), ("１９４７", "date")])
+def test_only_unambiguous_values_are_dates_or_amounts(name, kind):
+    assert value_type(name) == kind
+
+
+def test_a_hard_wrapped_line_is_not_a_sentence():
+    text = ("Scrooge knew Marley was dead. Of course he did. How could it be otherwise? Scrooge and\n"
+            "he were partners for I don't know how many years. Scrooge was his sole executor, and\n"
+            "Fezziwig his friend.\n\nSTAVE TWO\nThe Ghost came.")
+    unit = UnitText.of(text)
+    assert sentences_of("Scrooge", unit) & sentences_of("Fezziwig", unit)  # one sentence over two lines
+    assert sentences_of("Marley", unit) == {0}
+    assert sentences_of("STAVE TWO", unit) != sentences_of("Ghost", unit)  # a heading is its own line

@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field, create_model, field_validator
 from ..config import Settings
 from ..llm import ChatClient, LLMError
 from ..prompts import load_prompt, render, to_messages
-from .grounding import UnitText, clause, generic, grounded, value_type
+from .grounding import UnitText, clause, fold, generic, grounded, value_type
 from .windows import run_windowed, window_of
 
 ENTITY_COLUMNS = ["title", "type", "description", "text_unit_id", "round"]
@@ -98,8 +98,10 @@ class ExtractedClaims(BaseModel):
 
 
 def normalize_name(name: str) -> str:
-    """The merge key of a name: trimmed, inner whitespace collapsed, case-folded."""
-    return " ".join(str(name).split()).casefold()
+    """The merge key of a name: as every comparison sees it (grounding.fold: whitespace
+    collapsed, NFKC, accents and case folded, traditional Chinese as simplified, abbreviation
+    dots and title marks dropped), so "Zürich" and "Zurich", 紅樓夢 and 《红楼梦》 are one entity."""
+    return fold(str(name))
 
 
 def clean_name(name: str) -> str:
@@ -260,6 +262,9 @@ def _leaked(name: str, text: str, examples: set[str]) -> bool:
 
 # Configured types a date or an amount takes when the user has one (any case); else these.
 _VALUE_TYPES = {"date": ("date", "time", "year", "period"), "number": ("number", "quantity", "amount", "num")}
+# Types that say nothing about what a thing is: a date or an amount given one of these (or a
+# type outside the configured list) is typed by its value.
+PLACEHOLDER_TYPES = frozenset({"", "unknown", "other", "others", "none", "n/a", "na", "null", "entity", "thing"})
 
 
 def _value_type_of(name: str, entity_types: tuple[str, ...]) -> str | None:
@@ -272,21 +277,24 @@ def _value_type_of(name: str, entity_types: tuple[str, ...]) -> str | None:
 
 @dataclass
 class _NameCheck:
-    """Checks of one unit's names against its text (grounding.py), each name judged once."""
+    """Checks of one unit's names against its text (grounding.py) under one policy, each name
+    judged once (per whether it has a concept type)."""
 
     text: str
     examples: frozenset[str]
-    policy: str  # "strict", "lenient" or "off" (Settings.check_policy)
+    policy: str                 # "strict", "lenient" or "off" (Settings.check_policy)
+    concept_types: frozenset[str] = frozenset()  # type keys never judged generic
     _unit: UnitText | None = None
-    _verdicts: dict[str, str] = field(default_factory=dict)
+    _verdicts: dict[tuple[str, bool], str] = field(default_factory=dict)
 
-    def verdict(self, name: str) -> str:
+    def verdict(self, name: str, typ: str | None = None) -> str:
         """"" for a name to keep, else the stats key of the reason it is dropped."""
-        if name not in self._verdicts:
-            self._verdicts[name] = self._judge(name)
-        return self._verdicts[name]
+        concept = typ is not None and _type_key(typ) in self.concept_types
+        if (name, concept) not in self._verdicts:
+            self._verdicts[(name, concept)] = self._judge(name, concept)
+        return self._verdicts[(name, concept)]
 
-    def _judge(self, name: str) -> str:
+    def _judge(self, name: str, concept: bool) -> str:
         if self.policy == "off":
             return ""
         if self.examples and _leaked(name, self.text, self.examples):
@@ -294,56 +302,70 @@ class _NameCheck:
         if self._unit is None:
             self._unit = UnitText.of(self.text)
         strict = self.policy == "strict"
-        if strict and clause(name):
+        if strict and clause(name, self._unit):
             return "names_clause"
         if not grounded(name, self._unit):
             return "names_ungrounded"
-        if strict and value_type(name) is None and generic(name, self._unit):
+        # "machine learning" typed concept is a concept's name, however the text writes it
+        if strict and not concept and value_type(name) is None and generic(name, self._unit):
             return "names_generic"
         return ""
 
 
-def _entity_rows(answer: BaseModel, unit_id: str, rnd: int, out: _UnitResult, counts: dict[str, int],
-                 map_type: Callable[[str], tuple[str, str]], check: _NameCheck,
-                 entity_types: tuple[str, ...]) -> None:
-    for e in answer.entities:  # type: ignore[attr-defined]
-        name = clean_name(e.name)
-        if not name:
-            counts["empty_names"] += 1
-            continue
-        if reason := check.verdict(name):
-            counts[reason] += 1
-            continue
-        typ = _value_type_of(name, entity_types)
-        if typ is not None:
-            # A date or an amount, whatever type the model gave it (often "event" or a
-            # catch-all): the type says what it is.
-            counts["types_from_value"] += typ != e.type
-        else:
-            typ, how = map_type(e.type)
-            if how == "mapped":
-                counts["types_mapped"] += 1
-            elif how == "catch_all":
-                counts["types_to_catch_all"] += 1
-        out.entities.append({"title": name, "type": typ, "description": e.description.strip(),
-                             "text_unit_id": unit_id, "round": rnd})
-    for r in answer.relationships:  # type: ignore[attr-defined]
-        source, target = clean_name(r.source), clean_name(r.target)
-        if not source or not target:
-            counts["empty_names"] += 1
-            continue
-        if normalize_name(source) == normalize_name(target):
-            counts["self_loops"] += 1
-            continue
-        reasons = [x for x in (check.verdict(source), check.verdict(target)) if x]
-        if reasons:
-            # An edge to a name that is not in the text (or not a name) would bring that name
-            # back as an entity known only from relationships.
-            counts["example_leaks" if "example_leaks" in reasons else "relationships_dropped"] += 1
-            continue
-        out.relationships.append({"source": source, "target": target, "description": r.description.strip(),
-                                  "strength": min(10, max(1, int(r.strength))), "text_unit_id": unit_id,
-                                  "round": rnd})
+def _entity_type(name: str, given: str, map_type: Callable[[str], tuple[str, str]], entity_types: tuple[str, ...],
+                 policy: str) -> tuple[str, str | None]:
+    """The type an entity record gets, and the stats key that counts how (None: as given): the
+    model's type when it is a configured one; a date or an amount given a placeholder or an
+    unconfigured type gets its value's type; else the type mapped onto the configured ones (a
+    near miss) or the catch-all."""
+    typ, how = map_type(given)
+    if policy != "off" and (how == "catch_all" or _type_key(typ) in PLACEHOLDER_TYPES):
+        value = _value_type_of(name, entity_types)
+        if value is not None:
+            return value, "types_from_value" if value != typ else None
+    return typ, {"mapped": "types_mapped", "catch_all": "types_to_catch_all"}.get(how)
+
+
+def _unit_rows(answers: list[BaseModel], unit_id: str, out: _UnitResult, counts: dict[str, int],
+               map_type: Callable[[str], tuple[str, str]], check: _NameCheck,
+               entity_types: tuple[str, ...]) -> None:
+    """The entity and relationship rows of one unit's answers (every round), checked. Entities
+    first, so a relationship's endpoint is judged with the type its entity record gave it."""
+    typed: dict[str, str] = {}
+    for rnd, answer in enumerate(answers):
+        for e in answer.entities:  # type: ignore[attr-defined]
+            name = clean_name(e.name)
+            if not name:
+                counts["empty_names"] += 1
+                continue
+            typ, how = _entity_type(name, e.type, map_type, entity_types, check.policy)
+            if reason := check.verdict(name, typ):
+                counts[reason] += 1
+                continue
+            if how:
+                counts[how] += 1
+            typed.setdefault(normalize_name(name), typ)
+            out.entities.append({"title": name, "type": typ, "description": e.description.strip(),
+                                 "text_unit_id": unit_id, "round": rnd})
+    for rnd, answer in enumerate(answers):
+        for r in answer.relationships:  # type: ignore[attr-defined]
+            source, target = clean_name(r.source), clean_name(r.target)
+            if not source or not target:
+                counts["empty_names"] += 1
+                continue
+            if normalize_name(source) == normalize_name(target):
+                counts["self_loops"] += 1
+                continue
+            reasons = [x for x in (check.verdict(source, typed.get(normalize_name(source))),
+                                   check.verdict(target, typed.get(normalize_name(target)))) if x]
+            if reasons:
+                # An edge to a name that is not in the text (or not a name) would bring that name
+                # back as an entity known only from relationships.
+                counts["example_leaks" if "example_leaks" in reasons else "relationships_dropped"] += 1
+                continue
+            out.relationships.append({"source": source, "target": target, "description": r.description.strip(),
+                                      "strength": min(10, max(1, int(r.strength))), "text_unit_id": unit_id,
+                                      "round": rnd})
 
 
 def _claim_rows(answer: ExtractedClaims, unit_id: str, rnd: int, out: _UnitResult, counts: dict[str, int]) -> None:
@@ -380,10 +402,9 @@ async def _extract_unit(unit_id: str, text: str, llm: ChatClient, settings: Sett
     if not complete:
         # The records already received are kept; the unit is reported as incomplete.
         out.failed = out.gleaning_failed = True
-    check = _NameCheck(text, frozenset(example_names(prompts["examples_graph"])), settings.check_policy()[0])
-    types = _configured(ex.entity_types)
-    for rnd, answer in enumerate(answers):
-        _entity_rows(answer, unit_id, rnd, out, counts, map_type, check, types)
+    check = _NameCheck(text, frozenset(example_names(prompts["examples_graph"])), settings.check_policy()[0],
+                       frozenset(_type_key(t) for t in ex.concept_types))
+    _unit_rows(answers, unit_id, out, counts, map_type, check, _configured(ex.entity_types))
     out.gleaned = len(answers) - 1
 
     if ex.claims:
