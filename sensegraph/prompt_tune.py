@@ -4,8 +4,9 @@ From a seeded sample of the project's text units (spread over its documents), on
 proposes the corpus's domain and entity types; then a few calls each extract entities and
 relationships from one real sampled passage with those types, and the answers become the
 few-shot examples of `examples_graph.txt`, in the corpus language. What the model answers is
-checked in code before it is written: types are cleaned, deduplicated and capped (servers may
-ignore maxItems), and an example entity whose name is not written in its passage is dropped,
+checked in code before it is written: types that break the type rule (`_type_key`: one to
+three words of letters, no function word but an inner "of"), repeats and types beyond the cap
+(servers may ignore maxItems) are refused and named, and an example entity whose name is not written in its passage is dropped,
 with the relationships that used it. The result is a plan (a diff per file); nothing is written
 until `write_changes`. settings.yaml is edited line by line and keeps every comment (a type no
 longer listed whose line had a comment stays as a commented-out line); the comments the edit
@@ -59,7 +60,8 @@ EXAMPLE_MAX_ENTITIES = 12
 EXAMPLE_MAX_RELATIONSHIPS = 15
 MIN_EXAMPLE_ENTITIES = 2  # an example with fewer grounded entities teaches little; another passage is tried
 # Types that carry no meaning: what a small model answers when it has no better idea.
-GENERIC_TYPES = {"unknown", "entity", "entities", "thing", "things", "none", "misc", "n_a", "na", "other_entity"}
+GENERIC_TYPES = {"unknown", "entity", "entities", "thing", "things", "none", "misc", "miscellaneous", "n_a",
+                 "na", "other", "others", "other_entity", "实体", "其他", "未知", "その他", "不明"}
 EXAMPLE_LABELS = {"en": ("Example text:", "Answer:"), "zh": ("示例文本：", "回答：")}
 # A line of our own at the top of extract_graph.txt; a rerun replaces it rather than adding another.
 DOMAIN_LINES = {"en": "Domain of the documents: {domain}.", "zh": "文档领域：{domain}。"}
@@ -119,6 +121,7 @@ class TunePlan:
     changes: list[FileChange]
     notes: list[str]
     sample: Sample
+    refused_types: list[tuple[str, str]] = field(default_factory=list)  # (what the model wrote, why)
 
 
 @dataclass
@@ -193,20 +196,76 @@ def _singular(key: str) -> str:
     return key
 
 
-def clean_types(raw: list[str], cap: int = MAX_TYPES) -> list[str]:
-    """Lowercase identifiers (words joined by "_"), generic ones and duplicates (also a plural
-    of an earlier type) dropped, at most `cap` in the model's order."""
+# The type rule. A type names a kind of thing ("person", "work of art", "chemical_compound",
+# 人物): one to three words of letters (a type in Chinese or Japanese script, which has no spaces:
+# one to six characters), none of them a function word, except "of" between two words. What a
+# model writes instead of a type, a phrase ("the_main_people_in_the_story"), two types in one
+# ("person/organization", "person or group") or a note ("e.g. drug"), breaks one of these.
+MAX_TYPE_WORDS = 3
+MAX_TYPE_CHARS = 6  # in a script written without spaces
+_TYPE_SEPARATORS = re.compile(r"[\s_\-]+")
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]")
+_NOT_LETTER = re.compile(r"[\W\d_]")
+FUNCTION_WORDS = frozenset({
+    # articles and determiners
+    "a", "an", "the", "some", "any", "each", "every", "all", "such",
+    # pronouns
+    "i", "me", "my", "you", "your", "he", "him", "his", "she", "her", "it", "its", "we", "us", "our", "they",
+    "them", "their", "this", "that", "these", "those", "who", "whom", "whose", "which", "what", "where", "when",
+    # conjunctions
+    "and", "or", "nor", "but", "vs", "versus", "if",
+    # prepositions ("of" only between two words, as in "work of art")
+    "of", "in", "on", "at", "by", "for", "from", "to", "with", "within", "without", "about", "into", "onto",
+    "over", "under", "between", "among", "as", "than", "like", "per", "via", "through", "during",
+    # the verbs of a clause
+    "is", "are", "was", "were", "be", "been", "being", "has", "have", "had",
+})
+
+
+def _type_key(raw: str) -> tuple[str, str]:
+    """(the type as an identifier, "") or ("", why it is refused), by the type rule."""
+    text = str(raw).strip()
+    words = [w for w in _TYPE_SEPARATORS.split(text.casefold()) if w]
+    if not words:
+        return "", "empty"
+    for w in words:
+        if bad := _NOT_LETTER.search(w):
+            return "", f"has {bad.group(0)!r}: a type is letters only, words joined by spaces, '_' or '-'"
+    key = "_".join(words)
+    if key in GENERIC_TYPES:
+        return "", "generic: it says nothing about the kind of thing"
+    if _UNSPACED.search(text):
+        chars = sum(len(w) for w in words)
+        if chars > MAX_TYPE_CHARS:
+            return "", f"{chars} characters (at most {MAX_TYPE_CHARS}): a phrase, not a type"
+        return key, ""
+    if len(words) > MAX_TYPE_WORDS:
+        return "", f"{len(words)} words (at most {MAX_TYPE_WORDS}): a phrase, not a type"
+    for i, w in enumerate(words):
+        if w in FUNCTION_WORDS and not (w == "of" and 0 < i < len(words) - 1):
+            return "", f"has {w!r}: a type names a kind of thing, not a phrase"
+    return key, ""
+
+
+def check_types(raw: list[str], cap: int = MAX_TYPES) -> tuple[list[str], list[tuple[str, str]]]:
+    """(the usable types, as lowercase identifiers with words joined by "_", at most `cap` in the
+    model's order; the refused ones as (what the model wrote, why)). A type is refused by the
+    type rule, or as a repeat (also the plural) of an earlier one, or beyond the cap."""
     out: list[str] = []
-    seen: set[str] = set()
+    refused: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}  # a key and its singular -> the kept type it repeats
     for t in raw:
-        key = "_".join(re.findall(r"[^\W_]+", str(t).casefold()))
-        if not key or key in GENERIC_TYPES or len(key) > 40 or _singular(key) in seen or key in seen:
+        key, why = _type_key(t)
+        if key and (key in seen or _singular(key) in seen):
+            why = f"repeats {seen.get(key) or seen[_singular(key)]}"
+        elif key and len(out) == cap:
+            why = f"beyond the first {cap} types"
+        if why:
+            refused.append((str(t), why))
             continue
-        seen |= {key, _singular(key)}
+        seen[key] = seen[_singular(key)] = key
         out.append(key)
-        if len(out) == cap:
-            break
-    return out
+    return out, refused
 
 
 def clean_domain(raw: str) -> str:
@@ -218,15 +277,17 @@ def clean_domain(raw: str) -> str:
     return text
 
 
-async def propose(llm: ChatClient, sample: Sample, settings: Settings) -> tuple[str, list[str]]:
-    """(domain, entity types) from one call over the sample. Raises TuneError if no usable type."""
+async def propose(llm: ChatClient, sample: Sample,
+                  settings: Settings) -> tuple[str, list[str], list[tuple[str, str]]]:
+    """(domain, entity types, refused types with why) from one call over the sample. Raises
+    TuneError if no proposed type is usable."""
     answer = await llm.structured(proposal_messages(sample, settings), TypeProposal, step=STEP_TYPES,
                                   item="types", max_tokens=PROPOSE_MAX_TOKENS)
-    types = clean_types(answer.entity_types)
+    types, refused = check_types(answer.entity_types)
     if not types:
-        raise TuneError(f"the chat model proposed no usable entity type (it answered {answer.entity_types!r}); "
-                        "nothing written")
-    return clean_domain(answer.domain), types
+        why = "; ".join(f"{raw!r}: {reason}" for raw, reason in refused) or "an empty list"
+        raise TuneError(f"the chat model proposed no usable entity type ({why}); nothing written")
+    return clean_domain(answer.domain), types, refused
 
 
 # -- few-shot examples ---------------------------------------------------------------------------
@@ -660,7 +721,7 @@ async def tune(settings: Settings, llm: ChatClient, *, sample: int = DEFAULT_SAM
     (nothing written). Raises documents.InputError (no input), TuneError (no usable answer),
     LLMError (a call failed after its retries; its finished calls are cached for the rerun)."""
     s = load_sample(settings, sample, seed, warn)
-    domain, types = await propose(llm, s, settings)
+    domain, types, refused = await propose(llm, s, settings)
     candidates = [(str(u.id), example_passage(u.text, mid_document=int(u.chunk_index) > 0))
                   for u in s.units.itertuples()]
     candidates = [(uid, text) for uid, text in candidates if text]
@@ -693,11 +754,11 @@ async def tune(settings: Settings, llm: ChatClient, *, sample: int = DEFAULT_SAM
                         + ". Nothing written; try a larger --sample or a stronger chat model")
     order = {uid: i for i, (uid, _) in enumerate(candidates)}
     kept.sort(key=lambda ex: order[ex.unit_id])
-    return _plan(settings, s, domain, types, kept, skipped)
+    return _plan(settings, s, domain, types, kept, skipped, refused)
 
 
 def _plan(settings: Settings, s: Sample, domain: str, types: list[str], kept: list[Example],
-          skipped: list[tuple[str, str]]) -> TunePlan:
+          skipped: list[tuple[str, str]], refused: list[tuple[str, str]]) -> TunePlan:
     lang = s.language
     notes: list[str] = []
     examples_change = _prompt_change(settings, "examples_graph", lang, render_examples(kept, lang))
@@ -736,7 +797,7 @@ def _plan(settings: Settings, s: Sample, domain: str, types: list[str], kept: li
     # A prompt equal to the one in effect is not written (the packaged one stays in use).
     changed = [c for c in changes if c.old_source == "none" or _ending(c.old) != _ending(c.new)]
     return TunePlan(Path(settings.root), lang, domain, types, list(settings.extraction.entity_types), kept, skipped,
-                    changed, notes, s)
+                    changed, notes, s, refused)
 
 
 def write_changes(plan: TunePlan) -> list[Path]:

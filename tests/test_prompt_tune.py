@@ -1,7 +1,7 @@
 """`sensegraph prompt-tune` with a scripted chat model: what it writes, what it refuses to write
-(example names the passage does not hold, more types than the cap), that the dry run calls
-nothing, that a rerun costs no call, and that `sensegraph index`'s extraction then uses the
-tuned examples and types."""
+(example names the passage does not hold, more types than the cap, types that are phrases or
+junk), that settings.yaml keeps its comments, that the dry run calls nothing, that a rerun costs
+no call, and that `sensegraph index`'s extraction then uses the tuned examples and types."""
 from __future__ import annotations
 
 import asyncio
@@ -285,10 +285,60 @@ def test_more_types_than_the_cap_are_cut_cleaned_and_deduplicated(tmp_path):
         "entity_types"] == plan.entity_types
 
 
+# Types a model proposed that name no kind of thing: a phrase, a sentence, two types in one, junk.
+JUNK_TYPES = {
+    "the_main_people_in_the_story": "words", "main characters of the novel": "words",
+    "people in the story": "words", "a person": "'a'", "their_allies": "'their'", "place_in_story": "'in'",
+    "person or group": "'or'", "companies_and_banks": "'and'", "what_is_described": "'what'",
+    "of_the_state": "'of'", "person/organization": "'/'", "Organization (company)": "'('",
+    "person, place": "','", "e.g. drug": "'.'", "covid_19": "'1'", "type2 diabetes": "'2'",
+    "故事中的主要人物": "characters", "  ": "empty", "Unknown": "generic", "other": "generic",
+}
+# Real types of several domains: biology, law, finance, fiction, and Chinese and Japanese ones.
+REAL_TYPES = {
+    "gene": "gene", "Protein": "protein", "cell type": "cell_type", "chemical_compound": "chemical_compound",
+    "biological process": "biological_process", "court": "court", "statute": "statute",
+    "Court of Appeal": "court_of_appeal", "law firm": "law_firm", "central bank": "central_bank",
+    "financial instrument": "financial_instrument", "publicly traded company": "publicly_traded_company",
+    "stock-exchange": "stock_exchange", "character": "character", "work of art": "work_of_art",
+    "head of state": "head_of_state", "fictional creature": "fictional_creature", "œuvre": "œuvre",
+    "人物": "人物", "地点": "地点", "组织": "组织", "化学物质": "化学物质", "キャラクター": "キャラクター", "組織": "組織",
+}
+
+
+def test_the_type_rule_refuses_phrases_and_punctuation_and_keeps_real_types():
+    kept, refused = pt.check_types([*REAL_TYPES, *JUNK_TYPES], cap=100)
+    assert kept == list(REAL_TYPES.values())
+    assert [raw for raw, _ in refused] == list(JUNK_TYPES)
+    for (raw, why), expected in zip(refused, JUNK_TYPES.values()):
+        assert expected in why, (raw, why)
+
+
+def test_repeated_types_are_refused_and_named():
+    kept, refused = pt.check_types(["Person", "person", "persons", "Place", "place ", "ship", "Ships"])
+    assert kept == ["person", "place", "ship"]
+    assert refused == [("person", "repeats person"), ("persons", "repeats person"), ("place ", "repeats place"),
+                       ("Ships", "repeats ship")]
+
+
+def test_refused_types_are_dropped_and_the_output_says_so(tmp_path, scripted_cli):
+    root = make_project(tmp_path)
+    proposed = ["person", "the_main_people_in_the_story", "company", "person/organization", "Company", "place"]
+    scripted_cli(ScriptedLLM(responder(types=proposed)))
+    res = cli("--root", str(root), "--yes")
+    assert res.exit_code == 0, res.output + res.stderr
+    assert yaml.safe_load((root / "settings.yaml").read_text())["extraction"]["entity_types"] == [
+        "person", "company", "place"]
+    assert "Refused entity types:" in res.output
+    for raw in ("the_main_people_in_the_story", "person/organization", "Company"):
+        assert raw in res.output
+
+
 def test_no_usable_type_writes_nothing(tmp_path):
     root = make_project(tmp_path)
-    with pytest.raises(pt.TuneError, match="no usable entity type"):
-        tune(root, ScriptedLLM(responder(types=["Unknown", "entity", "  "])))
+    with pytest.raises(pt.TuneError, match="no usable entity type") as raised:
+        tune(root, ScriptedLLM(responder(types=["Unknown", "entity", "  ", "the people of the town"])))
+    assert "the people of the town" in str(raised.value) and "words" in str(raised.value)
 
 
 def test_chinese_corpus_gets_chinese_examples_in_prompts_zh(tmp_path):

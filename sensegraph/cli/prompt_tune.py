@@ -110,6 +110,9 @@ def print_plan(plan, usage) -> None:
     out.print(f"Domain: {plan.domain or '-'}", highlight=False, soft_wrap=True)
     out.print(f"Entity types: {', '.join(plan.entity_types)}   (were: {', '.join(plan.previous_types)})",
               highlight=False, soft_wrap=True)
+    if plan.refused_types:
+        out.print("Refused entity types: " + "; ".join(f"{raw!r} ({why})" for raw, why in plan.refused_types),
+                  highlight=False, soft_wrap=True, markup=False)
     table = Table(title=f"Few-shot examples ({plan.language}), from {len(plan.sample.units)} sampled text units "
                         f"of {plan.sample.documents} documents")
     for col in ("text unit", "entities", "relationships", "dropped"):
