@@ -70,3 +70,36 @@ def test_index_with_ner_has_the_added_names_and_counts_them(tmp_path, server):  
         assert ("names_from_ner" in stats_json(root)["steps"]["extract"]) == ner
     # the mock names the first capitalised phrases of a unit; NER finds the rest
     assert titles[False] < titles[True] and stats_json(tmp_path / "True")["steps"]["extract"]["names_from_ner"] > 0
+
+
+def test_a_name_the_model_gave_in_another_form_is_not_added_again():
+    text = "Apple Inc. opened an office in the United Kingdom, and the U.S. Army bought its phones."
+    found = missed_names(units(text), instances(("Apple Inc", "u0"), ("UK", "u0"), ("United States Army", "u0")),
+                         entity_types=["organization", "person", "geo"])
+    assert not set(found["title"]) & {"Apple Inc.", "United Kingdom", "the United Kingdom", "U.S. Army"}
+
+
+def test_a_place_is_typed_city_or_country_only_when_something_decides():
+    # prompt-tune proposed these types on Re-DocRED; spaCy's GPE is both
+    text = "Maria Okafor flew from Paris to Lagos, then on to Kenya."
+    model = pd.DataFrame([{"title": "Paris", "type": "city", "description": "", "text_unit_id": "u1", "round": 0},
+                          {"title": "Kenya", "type": "country", "description": "", "text_unit_id": "u1", "round": 0},
+                          {"title": "Maria Okafor", "type": "person", "description": "", "text_unit_id": "u0",
+                           "round": 0}], columns=ENTITY_COLUMNS)
+    ex = ExtractionResult(model, pd.DataFrame(), pd.DataFrame(), failed=[], stats={"entity_instances": 3})
+    s = Settings(extraction={"ner": True, "entity_types": ["city", "country", "organization", "person"]})
+    out = asyncio.run(add_missed_names(ex, units(text, "Paris and Kenya."), settings=s, language="en"))
+    added = out.entities[out.entities["round"] == NER_ROUND]
+    got = dict(zip(added["title"], added["type"]))
+    # the model's own types of Paris and Kenya decide; nothing decides for Lagos
+    assert got.get("Paris") == "city" and got.get("Kenya") == "country" and "Lagos" not in got
+    assert out.stats["ner_type_ambiguous"] >= 1
+    # with a generic place type configured, that one is taken
+    generic = missed_names(units(text), instances(), entity_types=["city", "country", "location", "person"])
+    assert set(generic.loc[generic["title"].isin(["Paris", "Lagos", "Kenya"]), "type"]) == {"location"}
+
+
+def test_on_for_a_small_hosted_model_by_its_name(tmp_path):
+    small = Settings(root=str(tmp_path), chat={"provider": "openai", "model": "qwen2.5:3b", "base_url": "http://x/v1"})
+    large = Settings(root=str(tmp_path), chat={"provider": "openai", "model": "qwen2.5:32b", "base_url": "http://x/v1"})
+    assert enabled(small, "en") and not enabled(large, "en")

@@ -225,6 +225,42 @@ def _words(s: str) -> list[str]:
     return _WORD.findall(_POSSESSIVE.sub("", fold(s)))
 
 
+def name_words(name: str) -> tuple[str, ...]:
+    """The folded words of a name, punctuation and possessives dropped: "Apple Inc." and
+    "Apple Inc" are ("apple", "inc")."""
+    return tuple(_words(name))
+
+
+def same_name(a: str, b: str) -> bool:
+    """Whether two names are one by their words, an acronym standing for words of the other
+    ("UK" and "United Kingdom", "U.S. Army" and "United States Army"), particles aside."""
+    def words(name: str) -> list[tuple[str, bool]]:
+        originals = _WORD.findall(_POSSESSIVE.sub("", " ".join(_prepare(strip_title_marks(name)).split())))
+        return [(fold_word(w), 2 <= len(w) <= 6 and w.isupper()) for w in originals
+                if fold_word(w) not in PARTICLES]
+
+    wa, wb = words(a), words(b)
+
+    def match(i: int, j: int, x: list[tuple[str, bool]], y: list[tuple[str, bool]]) -> bool:
+        if i == len(x) or j == len(y):
+            return i == len(x) and j == len(y)
+        if x[i][0] == y[j][0] and match(i + 1, j + 1, x, y):
+            return True
+        word, acronym = x[i]
+        if acronym:
+            for k in range(2, min(len(word), len(y) - j) + 1):
+                if "".join(w[0] for w, _ in y[j:j + k]) == word and match(i + 1, j + k, x, y):
+                    return True
+        word, acronym = y[j]
+        if acronym:
+            for k in range(2, min(len(word), len(x) - i) + 1):
+                if "".join(w[0] for w, _ in x[i:i + k]) == word and match(i + k, j + 1, x, y):
+                    return True
+        return False
+
+    return bool(wa) and bool(wb) and match(0, 0, wa, wb)
+
+
 def _endings(a: str, b: str) -> frozenset[str] | None:
     """The endings that tell `a` from `b` after their shared stem, or None if the stem is short."""
     n = 0

@@ -14,20 +14,30 @@ name equal to it or holding it as whole words, either way round: "Scrooge" is na
   summary step merges it with the model's descriptions of the same entity in other units;
 - no relationship: the weak co-occurrence edges (cooccurrence_edges.py) place it in the graph.
 
-Setting `extraction.ner`: "auto" (on for the embedded chat model, whose misses this makes up
-for; off for hosted models, which extract well and whose runs need not load spaCy), true or
-false. English only: on classical or modern Chinese, jieba's name tags are mostly wrong (on
+Its type is the configured type its spaCy label maps to. A label that maps to several configured
+types (GPE to both "city" and "country") takes the generic one if configured ("location"), else
+the type the model gave that name in other units; with neither, the name is not added (counted
+as `ner_type_ambiguous`): every place typed "country" would be wrong half the time.
+
+A name the model gave in another form is named already: the same words ("Apple Inc" for "Apple
+Inc."), or acronym and spelled-out name ("UK" for "United Kingdom"), as grounding.same_name.
+
+Setting `extraction.ner`: "auto" (on for small chat models, the embedded one and those
+`Settings.small_chat_model` calls small, whose misses this makes up for; off for hosted and
+large models, which extract well and whose runs need not load spaCy), true or false. English only: on classical or modern Chinese, jieba's name tags are mostly wrong (on
 chapter 1 of Journey to the West, 208 "names" for 20 real ones), so Chinese gets none.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import Counter
 
 import pandas as pd
 
 from ..config import Settings
 from .extract import ENTITY_COLUMNS, ExtractionResult, normalize_name
+from .grounding import name_words, same_name
 
 NER_ROUND = -1
 
@@ -43,6 +53,9 @@ LABEL_TYPES: dict[str, tuple[str, ...]] = {
     "PRODUCT": ("product",),
     "LAW": ("law", "legislation"),
 }
+# Configured type names that take any kind of place, person or organisation: the choice when a
+# label maps onto several configured types.
+GENERIC_TYPES = frozenset({"geo", "location", "place", "loc", "gpe", "organization", "organisation", "org"})
 DESCRIPTION_WORDS = 40
 
 
@@ -50,22 +63,42 @@ def enabled(settings: Settings, language: str) -> bool:
     ner = settings.extraction.ner  # True, False or "auto" (the settings model admits no other)
     if language != "en" or ner is False:
         return False
-    return ner is True or settings.chat.provider == "local"
+    return ner is True or settings.small_chat_model()[0]
 
 
-def _type_of(label: str, entity_types: list[str]) -> str | None:
-    by_key = {" ".join(t.replace("_", " ").replace("-", " ").split()).casefold(): t for t in entity_types}
-    return next((by_key[k] for k in LABEL_TYPES.get(label, ()) if k in by_key), None)
+def _key(t: str) -> str:
+    return " ".join(t.replace("_", " ").replace("-", " ").split()).casefold()
 
 
-def _named(key: str, keys: set[str]) -> bool:
-    """Whether the model named this entity in the unit: the same key, or one holding the other
-    as whole words (of at least 4 characters, so "Al" is not found in "Al Gore's Alliance")."""
+def _types_of(label: str, entity_types: list[str]) -> list[str]:
+    """The configured types a spaCy label may take, in the label's order."""
+    by_key = {_key(t): t for t in entity_types}
+    return list(dict.fromkeys(by_key[k] for k in LABEL_TYPES.get(label, ()) if k in by_key))
+
+
+def _type_of(candidates: list[str], model_types: Counter[str]) -> str | None:
+    """One of the candidate types: the only one, the generic one, or the one the model gave the
+    name most often elsewhere; None when nothing decides."""
+    if len(candidates) <= 1:
+        return candidates[0] if candidates else None
+    generic = [t for t in candidates if _key(t) in GENERIC_TYPES]
+    if generic:
+        return generic[0]
+    voted = [(n, t) for t, n in model_types.items() if t in candidates]
+    return max(voted, key=lambda v: (v[0], -candidates.index(v[1])))[1] if voted else None
+
+
+def _named(title: str, key: str, titles: list[str], keys: set[str]) -> bool:
+    """Whether the model named this entity in the unit: the same key or the same name
+    (same_name), or one holding the other as whole words (of at least 4 characters, so "Al" is
+    not found in "Al Gore's Alliance")."""
     if key in keys:
         return True
-    for k in keys:
-        short, long = (key, k) if len(key) < len(k) else (k, key)
-        if len(short) >= 4 and f" {short} " in f" {long} ":
+    words = " ".join(name_words(title))
+    for t in titles:
+        other = " ".join(name_words(t))
+        short, long = (words, other) if len(words) < len(other) else (other, words)
+        if (len(short) >= 4 and f" {short} " in f" {long} ") or same_name(title, t):
             return True
     return False
 
@@ -78,21 +111,34 @@ def _sentence(text: str) -> str:
 def missed_names(text_units: pd.DataFrame, entities: pd.DataFrame, *, entity_types: list[str]) -> pd.DataFrame:
     """Entity instances (ENTITY_COLUMNS, round NER_ROUND) for the names spaCy finds in each unit
     that the model's `entities` (instances with title and text_unit_id) do not name."""
+    return _missed(text_units, entities, entity_types, Counter())
+
+
+def _missed(text_units: pd.DataFrame, entities: pd.DataFrame, entity_types: list[str],
+            counts: Counter[str]) -> pd.DataFrame:
     from .concepts import english_concepts  # spaCy loads only when this runs
 
-    named: dict[str, set[str]] = {}
-    for title, unit in zip(entities["title"], entities["text_unit_id"]):
-        named.setdefault(str(unit), set()).add(normalize_name(title))
+    named: dict[str, list[str]] = {}
+    model_types: dict[str, Counter[str]] = {}
+    for title, typ, unit in zip(entities["title"], entities["type"], entities["text_unit_id"]):
+        named.setdefault(str(unit), []).append(str(title))
+        model_types.setdefault(normalize_name(title), Counter())[str(typ)] += 1
     texts = [str(t) for t in text_units["text"]]
     rows = []
     for unit_id, text, found in zip(map(str, text_units["id"]), texts, english_concepts(texts)):
-        keys = named.get(unit_id, set())
+        titles = named.get(unit_id, [])
+        keys = {normalize_name(t) for t in titles}
         added: set[str] = set()
         for f in found:
-            typ = _type_of(f.type, entity_types)
-            if typ is None or f.key in added or _named(f.key, keys):
+            candidates = _types_of(f.type, entity_types)
+            if not candidates or f.key in added or _named(f.title, normalize_name(f.title), titles, keys):
+                continue
+            typ = _type_of(candidates, model_types.get(normalize_name(f.title), Counter()))
+            if typ is None:
+                counts["ner_type_ambiguous"] += 1
                 continue
             added.add(f.key)
+            titles.append(f.title)  # "Apple Inc." after "Apple Inc" in one unit is one name
             rows.append({"title": f.title, "type": typ, "description": _sentence(text[f.sentence_start:f.sentence_end]),
                          "text_unit_id": unit_id, "round": NER_ROUND})
     return pd.DataFrame(rows, columns=ENTITY_COLUMNS)
@@ -102,13 +148,14 @@ async def add_missed_names(extraction: ExtractionResult, text_units: pd.DataFram
                            language: str) -> ExtractionResult:
     """`extraction` with the missed names of its units added when `extraction.ner` is on for
     this model and language (each unit's after the model's records of it), and
-    `stats["names_from_ner"]`."""
+    `stats["names_from_ner"]` (and `ner_type_ambiguous`: names not added for want of a type)."""
     if not enabled(settings, language) or text_units.empty:
         return extraction
     # spaCy holds a core for a while: off the event loop, so other work (embeddings) goes on.
-    found = await asyncio.to_thread(missed_names, text_units, extraction.entities,
-                                    entity_types=list(settings.extraction.entity_types))
-    stats = {**extraction.stats, "names_from_ner": len(found)}
+    counts: Counter[str] = Counter()
+    found = await asyncio.to_thread(_missed, text_units, extraction.entities,
+                                    list(settings.extraction.entity_types), counts)
+    stats = {**extraction.stats, "names_from_ner": len(found), "ner_type_ambiguous": counts["ner_type_ambiguous"]}
     if found.empty:
         return dataclasses.replace(extraction, stats=stats)
     both = pd.concat([extraction.entities, found], ignore_index=True)

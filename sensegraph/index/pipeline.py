@@ -107,7 +107,11 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
             elements = (await steps.run("concept_graph", _concept_graph, writes=ELEMENTS, units=units,
                                         language=language, numbering=numbering, **found.tables)).tables
         else:
-            # 3. element instances: one extraction per text unit, plus gleaning
+            # 3. element instances: one extraction per text unit, plus gleaning; which checks
+            # of the names applied, and why, is part of the run's record
+            policy, why = settings.check_policy()
+            stats["extraction_checks"] = {"policy": policy, "why": why,
+                                          "ner": missed_names.enabled(settings, language)}
             work = await steps.run("extract", _extract, writes=INSTANCES, reuse=True, units=units, llm=llm,
                                    language=language, extra={"advance": bar("extract", len(units))})
             _warn_if_empty(units, work, log)

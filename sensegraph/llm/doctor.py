@@ -188,11 +188,27 @@ async def _check_embedding(settings: Settings) -> Check:
                  {"dimensions": int(vectors.shape[1])})
 
 
+def extraction_checks(settings: Settings) -> Check:
+    """Which checks of extracted names apply to this chat model, and why (no call)."""
+    policy, why = settings.check_policy()
+    small, _ = settings.small_chat_model()
+    ner = settings.extraction.ner
+    what = {"strict": "names not in their text, prompt-example copies, common nouns, clauses",
+            "lenient": "names not in their text and prompt-example copies only",
+            "off": "none"}[policy]
+    names = "on" if ner is True or (ner == "auto" and small) else "off"
+    return Check("extraction checks", True, f"{policy} ({why}): {what}; NER names for English: {names}. "
+                 "Change with extraction.checks (strict, lenient, off) and extraction.ner.",
+                 figures={"policy": policy})
+
+
 async def run_doctor(settings: Settings) -> list[Check]:
-    """Call the chat model (plain and structured) and the embedding model once each."""
+    """Call the chat model (plain and structured) and the embedding model once each; say
+    which checks of extracted names apply."""
     settings = _short(settings)
     checks = await _check_chat(settings)
     checks.append(await _check_embedding(settings))
+    checks.append(extraction_checks(settings))
     return checks
 
 
