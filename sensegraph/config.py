@@ -482,6 +482,42 @@ def _describe(err: ValidationError, source: str) -> str:
     return f"invalid settings in {source}:\n" + "\n".join(lines)
 
 
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """"line L, column C: what is wrong; what to do", on one line: PyYAML's own message spans
+    several lines (a copy of the line and a caret) and says "cannot start any token" for a tab."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        line, column = mark.line, mark.column
+    elif isinstance(getattr(exc, "position", None), int):  # a character YAML refuses (ReaderError)
+        before = text[: exc.position]  # type: ignore[attr-defined]
+        line, column = before.count("\n"), len(before) - (before.rfind("\n") + 1)
+    else:
+        return "is not valid YAML: " + " ".join(str(exc).split())
+    where = f"line {line + 1}, column {column + 1}"
+    lines = text.splitlines()
+    here = lines[line] if line < len(lines) else ""  # the mark may be past the last line (end of file)
+    if here[column:column + 1] == "\t":
+        if not here[:column].strip():
+            return f"{where}: a tab indents this line; YAML indents with spaces"
+        return f"{where}: a tab where YAML needs a space; use a space"
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    inside = re.match(r"while (?:parsing|scanning|constructing) (?:an? )?(.+)", context or "")
+    if inside and start is not None and (start.line, start.column) != (line, column):
+        problem += f" (in the {inside.group(1)} that starts at line {start.line + 1}, column {start.column + 1})"
+    if "mapping values are not allowed" in problem:
+        advice = "quote a value that contains ': '"
+    elif inside and "quoted scalar" in inside.group(1):
+        advice = "close the quote"
+    elif isinstance(exc, yaml.constructor.ConstructorError):
+        advice = "settings take plain values: remove the tag"
+    elif mark is None:
+        advice = "remove the character, or write it as an escape inside double quotes"
+    else:
+        advice = "check the indentation, quotes and brackets there"
+    return f"{where}: {problem}; {advice}"
+
+
 def load_settings(
     root: str | Path = ".", overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None
 ) -> Settings:
@@ -496,10 +532,11 @@ def load_settings(
     lookup = {**dot_env, **env}
     tree: dict[str, Any] = {}
     if settings_file.exists():
+        text = settings_file.read_text(encoding="utf-8")
         try:
-            tree = yaml.safe_load(settings_file.read_text(encoding="utf-8")) or {}
+            tree = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
-            raise SettingsError(f"{settings_file} is not valid YAML: {exc}") from None
+            raise SettingsError(f"{settings_file} {_yaml_problem(exc, text)}") from None
         if not isinstance(tree, dict):
             raise SettingsError(f"{settings_file} must be a mapping of sections (chat:, embedding:, ...)")
         tree = _expand(tree, lookup, "")

@@ -193,7 +193,35 @@ def test_azure_needs_base_url(tmp_path):
 
 def test_yaml_that_is_not_a_mapping(tmp_path):
     assert "mapping" in error(tmp_path, "- just\n- a list\n")
-    assert "not valid YAML" in error(tmp_path, "chat: [unclosed\n")
+
+
+def test_a_tab_that_indents_is_one_line_naming_file_line_and_column(tmp_path):
+    msg = error(tmp_path, "chat:\n  model: m\nextraction:\n\tentity_types: [a]\n")
+    assert msg == f"{tmp_path.resolve() / 'settings.yaml'} line 4, column 1: a tab indents this line; " \
+                  "YAML indents with spaces"
+    # a tab after spaces points at the tab
+    assert "line 2, column 3: a tab indents this line" in error(tmp_path, "chat:\n  \tmodel: m\n")
+
+
+def test_a_tab_between_a_key_and_its_value_says_so(tmp_path):
+    msg = error(tmp_path, "chat:\n  model:\tm\n")
+    assert "settings.yaml line 2, column 9: a tab" in msg and "use a space" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("yaml_text, where, what", [
+    # the list opened on line 1 never closes: the message says where it opened
+    ("chat: [unclosed\n", "line 2, column 1", "the flow sequence that starts at line 1, column 7"),
+    ("chat:\n  model: a: b\n", "line 2, column 11", "mapping values are not allowed here; quote a value"),
+    ("chat:\n  model: 'm\n", "line 3, column 1", "the quoted scalar that starts at line 2, column 10"),
+    ("chat:\n  model: m\n  - x\n", "line 3, column 3", "expected <block end>, but found '-'"),
+    ("chat:\n  model: *nowhere\n", "line 2, column 10", "found undefined alias 'nowhere'"),
+    ("chat:\n  model: m\x07\n", "line 2, column 11", "unacceptable character #x0007"),
+])
+def test_any_yaml_error_is_one_line_with_file_line_and_column(tmp_path, yaml_text, where, what):
+    msg = error(tmp_path, yaml_text)
+    assert "\n" not in msg
+    assert msg.startswith(f"{tmp_path.resolve() / 'settings.yaml'} {where}: "), msg
+    assert what in msg, msg
 
 
 def test_report_and_summary_budgets_fit_the_embedded_slot():
