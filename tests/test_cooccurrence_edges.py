@@ -95,3 +95,17 @@ def test_index_marks_weak_edges_and_weighs_them_below_extracted_ones(tmp_path, s
             assert [list(x) for x in again["text_unit_ids"]] == [list(x) for x in weak["text_unit_ids"]]
         else:
             assert weak.empty
+
+
+def test_a_sentence_wrapped_over_lines_is_one_sentence_and_a_line_is_not():
+    # Project Gutenberg texts are hard-wrapped: the old sentence splitter broke at every line end,
+    # so names of one sentence on two lines got no edge, and names of two lines of one sentence
+    # were linked as neighbours only.
+    text = ("Scrooge never painted out Old Marley's name, and\nBob Cratchit kept it so for years. "
+            "Nobody met Fred.\n\nSTAVE TWO\n\nThe Ghost of Christmas Past came.")
+    units = pd.DataFrame({"id": ["t1"], "text": [text]})
+    ents = entities(("Scrooge", ["t1"], 0), ("Bob Cratchit", ["t1"], 0), ("Fred", ["t1"], 0))
+    weak = cooccurrence_edges(ents, relationships(), units, weight=0.3, language="en")
+    pairs = {(r.source, r.target): r.weight for r in weak.itertuples()}
+    assert pairs[("Bob Cratchit", "Scrooge")] == 0.3  # one sentence over two lines
+    assert ("Fred", "Scrooge") in pairs or ("Bob Cratchit", "Fred") in pairs  # Fred: the nearest sentence
