@@ -361,8 +361,8 @@ class UnitText:
                 sentence += 1
                 next_start = starts[sentence + 1] if sentence + 1 < len(starts) else len(text) + 1
             word = m.group(0)
-            folded = fold_word(word)
-            capital = not word.islower() and any(c.isupper() for c in word)
+            folded = word.casefold() if word.isascii() else fold_word(word)
+            capital = word != word.lower()
             token = _Token(folded, word, sentence != previous, sentence, capital)
             tokens.append(token)
             if folded in words:
@@ -421,16 +421,18 @@ class UnitText:
         return bool(key) and re.search(rf"(?<![^\W_]){re.escape(key)}(?![^\W_])", self._flat) is not None
 
 
-def _name_words(name: str) -> list[tuple[str, bool]]:
+@functools.lru_cache(maxsize=1 << 16)
+def _name_words(name: str) -> tuple[tuple[str, bool], ...]:
     """(folded word, whether the name writes it capitalised) for each word of a name."""
     originals = _WORD.findall(_POSSESSIVE.sub("", " ".join(_prepare(strip_title_marks(name)).split())))
-    return [(fold_word(w), any(c.isupper() for c in w)) for w in originals]
+    return tuple((fold_word(w), w != w.lower()) for w in originals)
 
 
-def _content_words(name: str) -> list[tuple[str, bool]]:
+@functools.lru_cache(maxsize=1 << 16)
+def _content_words(name: str) -> tuple[tuple[str, bool], ...]:
     words = _name_words(name)
-    content = [w for w in words if w[0] not in PARTICLES and w[0] not in TITLES]
-    return content or [w for w in words if w[0] not in PARTICLES] or words
+    content = tuple(w for w in words if w[0] not in PARTICLES and w[0] not in TITLES)
+    return content or tuple(w for w in words if w[0] not in PARTICLES) or words
 
 
 def _acronym(name: str) -> str | None:
