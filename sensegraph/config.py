@@ -315,7 +315,7 @@ class Settings(_Section):
     # standard: the paper's pipeline (an LLM reads every text unit); lazy: concepts by NLP, no
     # chat call at index time, the LLM is spent at query time (`sensegraph query --method lazy`).
     index_method: Literal["standard", "lazy"] = "standard"
-    language: Literal["auto", "en", "zh"] = "auto"
+    language: Literal["auto", "en", "zh", "ja"] = "auto"  # ja: the English prompts (no Japanese ones yet)
     output_dir: str = "output"
     # Set by load_settings, not by the user: the project folder every relative path hangs off.
     root: str = "."

@@ -3,7 +3,8 @@
 From a seeded sample of the project's text units (spread over its documents), one chat call
 proposes the corpus's domain and entity types; then a few calls each extract entities and
 relationships from one real sampled passage with those types, and the answers become the
-few-shot examples of `examples_graph.txt`, in the corpus language. What the model answers is
+few-shot examples of `examples_graph.txt`, in the corpus language (written to the prompts the
+index reads for it: prompts/en/ for a Japanese corpus, which has no prompts of its own yet). What the model answers is
 checked in code before it is written: types that break the type rule (`_type_key`: one to
 three words of letters, no function word but an inner "of"), repeats and types beyond the cap
 (servers may ignore maxItems) are refused and named, and an example entity whose name is not written in its passage is dropped,
@@ -40,9 +41,9 @@ from .config import SETTINGS_FILE, Settings
 from .index import documents, text_units
 from .index.estimate import RATIOS
 from .index.extract import clean_name, graph_schema, normalize_name, type_mapper
-from .language import resolve_language
+from .language import language_note, resolve_language
 from .llm import BudgetReached, ChatClient, LLMError
-from .prompts import PACKAGE_DIR, load_prompt, render, to_messages
+from .prompts import PACKAGE_DIR, load_prompt, prompt_language, render, to_messages
 from .tokens import count_tokens, truncate
 
 DEFAULT_SAMPLE = 8  # text units the proposal call reads
@@ -706,11 +707,12 @@ def _ending(text: str) -> str:
 
 
 def _prompt_change(settings: Settings, name: str, language: str, new: str) -> FileChange:
-    path = Path(settings.root) / "prompts" / language / f"{name}.txt"
-    label = f"prompts/{language}/{name}.txt"
+    folder = prompt_language(language)  # where the index reads this language's prompts (Japanese: en/)
+    path = Path(settings.root) / "prompts" / folder / f"{name}.txt"
+    label = f"prompts/{folder}/{name}.txt"
     if path.exists():
         return FileChange(path, label, path.read_text(encoding="utf-8"), new, "project")
-    packaged = PACKAGE_DIR / language / f"{name}.txt"
+    packaged = PACKAGE_DIR / folder / f"{name}.txt"
     return FileChange(path, label, packaged.read_text(encoding="utf-8") if packaged.exists() else "", new, "packaged")
 
 
@@ -759,8 +761,8 @@ async def tune(settings: Settings, llm: ChatClient, *, sample: int = DEFAULT_SAM
 
 def _plan(settings: Settings, s: Sample, domain: str, types: list[str], kept: list[Example],
           skipped: list[tuple[str, str]], refused: list[tuple[str, str]]) -> TunePlan:
-    lang = s.language
-    notes: list[str] = []
+    lang, folder = s.language, prompt_language(s.language)
+    notes: list[str] = [note] if (note := language_note(lang)) else []
     examples_change = _prompt_change(settings, "examples_graph", lang, render_examples(kept, lang))
     changes = [examples_change]
     before, after = count_tokens(examples_change.old), count_tokens(examples_change.new)
@@ -768,12 +770,12 @@ def _plan(settings: Settings, s: Sample, domain: str, types: list[str], kept: li
     current = load_prompt("extract_graph", lang, settings.root)
     adapted = with_domain(current, domain, lang)
     if adapted is None:
-        notes.append(f"prompts/{lang}/extract_graph.txt lacks the packaged placeholders; its wording is left as it is")
+        notes.append(f"prompts/{folder}/extract_graph.txt lacks the packaged placeholders; its wording is left as it is")
     else:
         extract_change = _prompt_change(settings, "extract_graph", lang, adapted)
         changes.append(extract_change)
         if extract_change.old_source == "packaged" and extract_change.old != extract_change.new:
-            notes.append(f"prompts/{lang}/extract_graph.txt becomes the project's own copy: later changes to "
+            notes.append(f"prompts/{folder}/extract_graph.txt becomes the project's own copy: later changes to "
                          "sensegraph's packaged prompt will not reach it (delete it to use the packaged one)")
     settings_path = Path(settings.root) / SETTINGS_FILE
     old_yaml = settings_path.read_text(encoding="utf-8") if settings_path.exists() else ""

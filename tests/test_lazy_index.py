@@ -81,6 +81,39 @@ def test_a_chinese_lazy_index(tmp_path):
     assert result.stats["language"] == "zh"
 
 
+JAPANESE_DOC = ("夏目漱石は明治時代の小説家で、東京で生まれました。代表作には『吾輩は猫である』や『こころ』があります。"
+                "漱石は松山や熊本で英語の教師として働いたあと、ロンドンに留学しました。")
+
+
+def test_a_japanese_lazy_index_is_refused_before_any_work(tmp_path):
+    from sensegraph.config import SettingsError
+    from sensegraph.index import concepts
+
+    write_docs(tmp_path, {"soseki.txt": JAPANESE_DOC})
+    with start_mock_server() as server:
+        with pytest.raises(SettingsError, match="lazy index does not support Japanese yet") as raised:
+            index(settings_for(tmp_path, server, index_method="lazy"))
+        assert not server.requests  # no embedding started
+    assert "--method standard" in str(raised.value) and "\n" not in str(raised.value)
+    assert not list((tmp_path / "output").rglob("*.parquet"))  # not even the text units
+    # the concepts step refuses it too, before spaCy or jieba is loaded
+    units = pd.DataFrame({"id": ["u"], "text": [JAPANESE_DOC]})
+    with pytest.raises(concepts.UnsupportedLanguage):
+        concepts.concept_instances(units, language="ja", settings=settings_for(tmp_path, server))
+
+
+def test_a_japanese_lazy_index_from_the_command_line_is_a_clear_error(tmp_path):
+    write_docs(tmp_path, {"soseki.txt": JAPANESE_DOC})
+    with start_mock_server() as server:
+        env = {"SENSEGRAPH_CHAT__PROVIDER": "openai", "SENSEGRAPH_CHAT__BASE_URL": server.base_url,
+               "SENSEGRAPH_CHAT__MODEL": "mock", "SENSEGRAPH_CHAT__API_KEY": "x",
+               "SENSEGRAPH_EMBEDDING__PROVIDER": "openai", "SENSEGRAPH_EMBEDDING__BASE_URL": server.base_url,
+               "SENSEGRAPH_EMBEDDING__MODEL": "mock", "SENSEGRAPH_EMBEDDING__API_KEY": "x"}
+        res = CliRunner().invoke(cli_main, ["index", "--method", "lazy", "--root", str(tmp_path)], env=env)
+    assert res.exit_code == 2, res.output
+    assert "lazy index does not support Japanese yet" in res.stderr and "Traceback" not in res.output
+
+
 def test_query_dry_run_and_export_work_on_a_lazy_index(tmp_path):
     write_docs(tmp_path, DOCS)
     with start_mock_server() as server:

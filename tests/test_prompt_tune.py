@@ -359,6 +359,28 @@ def test_chinese_corpus_gets_chinese_examples_in_prompts_zh(tmp_path):
     assert extract.new.startswith("文档领域：Fishing cooperatives and island politics。\n") and "{examples}" in extract.new
 
 
+def test_japanese_corpus_tunes_the_english_prompts_it_uses_and_says_so(tmp_path):
+    from sensegraph.language import JAPANESE_NOTE
+    from sensegraph.prompts import load_prompt
+
+    docs = {"soseki.txt": "夏目漱石は東京で生まれた小説家である。漱石は松山中学校で英語を教えたあと、ロンドンに留学した。"
+                          "帰国後、朝日新聞社に入社し、『三四郎』や『こころ』を連載した。"}
+    known = {"夏目漱石": "person", "東京": "place", "松山中学校": "organization", "ロンドン": "place",
+             "朝日新聞社": "organization"}
+    root = make_project(tmp_path, docs=docs)
+    plan, _ = tune(root, ScriptedLLM(responder(types=["person", "place", "organization"], invented="大阪城",
+                                               known=known)), examples=1)
+    assert plan.language == "ja" and JAPANESE_NOTE in plan.notes
+    # written where the index reads them for Japanese: prompts/en/
+    labels = {c.label for c in plan.changes}
+    assert {"prompts/en/examples_graph.txt", "prompts/en/extract_graph.txt"} <= labels
+    assert not any("/ja/" in label for label in labels)
+    (passage, answer), = examples_of(next(c.new for c in plan.changes if c.label == "prompts/en/examples_graph.txt"))
+    assert [e["name"] for e in answer["entities"]] == [n for n in known if n in passage]  # 大阪城 dropped
+    pt.write_changes(plan)
+    assert passage in load_prompt("examples_graph", "ja", root)
+
+
 def test_sample_is_seeded_and_spread_over_documents(tmp_path):
     docs = {f"d{i}.txt": " ".join(f"Sentence {j} of document {i} names Person{i}x{j}." for j in range(60))
             for i in range(4)}

@@ -26,8 +26,9 @@ def prompt_tune_command(root: str, sample: int, examples: int, dry_run: bool, ye
 
     The chat model reads a sample of your text units and proposes the domain and the entity
     types; then, from real passages of the sample, it writes few-shot examples with those
-    types, in the corpus language (a Chinese corpus gets prompts/zh/). Every example entity
-    must be written in its passage, or it is dropped. It changes, after showing their diff:
+    types, in the corpus language (a Chinese corpus gets prompts/zh/; a Japanese one the
+    prompts/en/ it uses). Every example entity must be written in its passage, or it is
+    dropped. It changes, after showing their diff:
 
     \b
       prompts/<lang>/examples_graph.txt   the few-shot examples

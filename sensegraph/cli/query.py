@@ -87,6 +87,11 @@ def query_command(question: str, root: str, method: str, level: int | None, dyna
     if stream and as_json:
         fail("choose --stream or --json, not both")
     on_token = print_piece if stream else None
+    from ..language import detect_language, language_note
+
+    # Answers follow the question's language, so the note is about the question's.
+    if note := language_note(detect_language([question])):
+        console.print(f"warning: {note}", style="yellow", highlight=False, markup=False, soft_wrap=True)
 
     async def run():
         searcher = Searcher.open(settings, index_dir, cache=False if no_cache else None,

@@ -14,6 +14,8 @@ pipeline's time on 2 cores (bench/concepts_speed.py), and the tag pattern finds 
 phrases for concept purposes. Sentences come from the pipeline's sentence recogniser.
 Chinese: jieba's part-of-speech tagger; proper nouns (nr, ns, nt, nz ...) and common nouns,
 consecutive common nouns joined into one compound; sentences end at 。！？；!?; and line breaks.
+Japanese, or any other language the corpus is detected or set to be in, is refused
+(UnsupportedLanguage, a settings error naming the standard index) before any step runs.
 
 Dropped as noise, and said so here rather than silently: numbers, dates, times, amounts,
 percentages and ordinals (spaCy's CARDINAL, DATE, TIME, MONEY, QUANTITY, PERCENT, ORDINAL, and
@@ -44,7 +46,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..config import Settings
+from ..config import Settings, SettingsError
 from .extract import clean_name, normalize_name
 
 INSTALL_HINT = 'pip install "sensegraph[lazy]"'
@@ -81,6 +83,28 @@ MAX_CHARS = 80
 
 class ConceptError(RuntimeError):
     """The NLP packages of the lazy index are missing or not the files we checked."""
+
+
+class UnsupportedLanguage(SettingsError):
+    """index_method: lazy on a corpus whose language it has no NLP for (a settings error: the
+    remedy is the standard index)."""
+
+
+# The languages the concepts are found in: spaCy's English pipeline, jieba for Chinese. Neither
+# segments Japanese: jieba cuts katakana into single characters (ソニー -> ソ, ニ, ー), and the
+# English tokenizer splits words at spaces, which Japanese does not write.
+LANGUAGES = ("en", "zh")
+
+
+def check_language(language: str) -> None:
+    """Raise UnsupportedLanguage unless the lazy index can find concepts in `language`; the
+    pipeline calls it as soon as the language is known, before any step runs."""
+    if language not in LANGUAGES:
+        name = {"ja": "Japanese"}.get(language, repr(language))
+        raise UnsupportedLanguage(
+            f"the lazy index does not support {name} yet (its concepts come from spaCy's English pipeline "
+            f"or jieba's Chinese one); index this corpus with the standard index: `sensegraph index "
+            f"--method standard`, or index_method: standard in settings.yaml")
 
 
 # -- English ----------------------------------------------------------------------------------
@@ -435,7 +459,9 @@ def chinese_concepts(texts: Iterable[str]) -> Iterator[list[_Found]]:
 
 def concept_instances(units: pd.DataFrame, *, language: str, settings: Settings,
                       n_process: int = 1) -> pd.DataFrame:
-    """One row per occurrence of a concept in a text unit (columns `COLUMNS`), in unit order."""
+    """One row per occurrence of a concept in a text unit (columns `COLUMNS`), in unit order.
+    Raises UnsupportedLanguage for a language other than English or Chinese."""
+    check_language(language)
     texts = [str(t or "") for t in units["text"]]
     ids = [str(i) for i in units["id"]]
     found = chinese_concepts(texts) if language == "zh" else english_concepts(texts, n_process=n_process)

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from ..config import Settings
-from ..language import resolve_language
+from ..language import language_note, resolve_language
 from ..llm import ChatClient, StepUsage, Usage, open_cache, open_chat, open_embedder
 from ..store.tables import TABLES, write_json_atomic, write_table
 from . import (community_reports, communities, documents, embed, extract, missed_names, resolve, summarize,
@@ -96,6 +96,13 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         # 1. documents -> 2. text units (no LLM; cheap, always recomputed to see input changes)
         docs = (await steps.run("documents", _documents, checkpoint=False, extra={"log": log})).tables["documents"]
         language = stats["language"] = resolve_language(settings.language, docs["text"])
+        if note := language_note(language):  # Japanese: the English prompts, asking for Japanese
+            log(f"warning: {note}")
+            stats["language_note"] = note
+        if settings.index_method == "lazy":
+            from .concepts import check_language
+
+            check_language(language)  # a language the lazy index cannot read fails before any work
         units = (await steps.run("text_units", _text_units, checkpoint=False, documents=docs)).tables["text_units"]
         # Each vector table is embedded from when its table is known: text units alongside
         # extraction, entities alongside the reports (embed.EmbeddingRun).

@@ -1,4 +1,6 @@
-"""Prompt templates as editable text files, English (en/) and Chinese (zh/).
+"""Prompt templates as editable text files, English (en/) and Chinese (zh/). A language without
+prompts of its own (Japanese, for now) gets the English ones (`prompt_language`), which ask the
+model to write in the language of the text.
 
 A project's own `prompts/<lang>/<name>.txt` (written by `sensegraph init`) wins over the copy
 shipped in this package, so users tune prompts without touching code. Placeholders are
@@ -16,7 +18,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).parent
-LANGUAGES = ("en", "zh")
+LANGUAGES = ("en", "zh")  # the languages with prompts of their own
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 # The prompts loaded while an indexing step runs (index/steps.py fingerprints their text).
 # A context variable, so the tasks a step starts report to it and other steps' tasks do not.
@@ -38,8 +40,13 @@ def prompt_names() -> list[str]:
     return sorted(p.stem for p in (PACKAGE_DIR / "en").glob("*.txt"))
 
 
+def prompt_language(language: str) -> str:
+    """The prompt folder a corpus language uses: its own, or en/ (a project's prompts/en/ too)."""
+    return language if language in LANGUAGES else "en"
+
+
 def load_prompt(name: str, language: str = "en", root: str | Path | None = None) -> str:
-    language = language if language in LANGUAGES else "en"
+    language = prompt_language(language)
     if (reads := _READS.get()) is not None:
         reads.add((name, language))
     candidates = []
