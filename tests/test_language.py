@@ -118,8 +118,6 @@ def test_an_english_corpus_has_no_note(tmp_path):
     assert not [m for m in logged if "Japanese" in m] and "language_note" not in result.stats
 
 
-@pytest.mark.xfail(strict=True, reason="sensegraph/query/answer.py has no 'ja' in LANGUAGE_NAMES and NO_ANSWER "
-                                       "(KeyError); remove this mark once it has")
 def test_a_japanese_question_shows_the_note_and_asks_for_japanese(tmp_path):
     write_docs(tmp_path, {"soseki.txt": " ".join(JAPANESE.values())})
     with start_mock_server() as server:

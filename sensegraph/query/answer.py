@@ -21,10 +21,11 @@ from .citations import normalise
 from .context import KINDS, Context, record
 from .data import GraphIndex
 
-LANGUAGE_NAMES = {"en": "English", "zh": "Chinese (简体中文)"}
+LANGUAGE_NAMES = {"en": "English", "zh": "Chinese (简体中文)", "ja": "Japanese (日本語)"}
 NO_ANSWER = {
     "en": "I could not find information in the indexed documents that answers this question.",
     "zh": "在已索引的文档中没有找到能回答这个问题的信息。",
+    "ja": "索引された文書の中に、この質問に答える情報は見つかりませんでした。",
 }
 HISTORY_SHARE = 0.15  # of the context budget, at most, for earlier turns of a conversation
 
