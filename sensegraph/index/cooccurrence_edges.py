@@ -41,6 +41,7 @@ MAX_WEIGHT = 0.9
 DESCRIPTIONS = {
     "en": "{a} and {b} are mentioned in the same sentence (no relationship was extracted).",
     "zh": "{a}与{b}在同一句中被提及（未抽取到关系）。",
+    "ja": "{a}と{b}は同じ文で言及されている（関係は抽出されていない）。",
 }
 
 
