@@ -476,6 +476,28 @@ def test_a_configured_type_the_model_chose_is_kept_and_only_placeholders_are_typ
     assert result.stats["types_from_value"] == 2
 
 
+def test_strict_keeps_the_values_and_concepts_of_their_configured_types(tmp_path):
+    # bench/extraction_oracle.py: a perfect extractor's spelled-out numbers and durations, typed
+    # number and time, were dropped as common nouns under strict
+    answers = [ent("two", "number"), ent("six months", "time"), ent("the 26th day of the 4th month", "time"),
+               ent("machine learning", "concept"), ent("city", "location"), ent("two", "location")]
+
+    def respond(body):
+        if schema_name(body) == "ExtractedGraph":
+            return {"entities": answers, "relationships": [rel("machine learning", "two")]}
+        return {"missed": False}
+
+    text = "The two of them studied machine learning for six months in the city, until the 26th day of the 4th month."
+    result = run(extract_graph(units(text), ScriptedLLM(respond).client(), language="en",
+                               settings=settings(tmp_path, max_gleanings=0, checks="strict",
+                                                 entity_types=["number", "time", "concept", "location"])))
+    kept = list(zip(result.entities["title"], result.entities["type"]))
+    assert kept == [("two", "number"), ("six months", "time"), ("the 26th day of the 4th month", "time"),
+                    ("machine learning", "concept")]
+    assert result.stats["names_generic"] == 2  # "city", and "two" typed as a place
+    assert len(result.relationships) == 1
+
+
 def test_chinese_names_must_be_substrings_of_their_unit(tmp_path):
     def respond(body):
         if schema_name(body) == "ExtractedGraph":

@@ -136,3 +136,12 @@ def test_a_hard_wrapped_line_is_not_a_sentence():
     assert sentences_of("Scrooge", unit) & sentences_of("Fezziwig", unit)  # one sentence over two lines
     assert sentences_of("Marley", unit) == {0}
     assert sentences_of("STAVE TWO", unit) != sentences_of("Ghost", unit)  # a heading is its own line
+
+
+def test_found_by_the_perfect_extractor_bench():
+    # bench/extraction_oracle.py on Re-DocRED: the text reads "... the film A.I.. However"
+    assert grounded("A.I", UnitText.of("He directed the film A.I.. However, it failed."))
+    unit = UnitText.of("Band Aid sang Do They Know It's Christmas? He won the Knight's Cross of the Iron Cross "
+                       "with Oak Leaves and Swords.")
+    assert not clause("Do They Know It's Christmas?", unit)
+    assert not clause("Knight's Cross of the Iron Cross with Oak Leaves and Swords", unit)

@@ -265,6 +265,7 @@ _VALUE_TYPES = {"date": ("date", "time", "year", "period"), "number": ("number",
 # Types that say nothing about what a thing is: a date or an amount given one of these (or a
 # type outside the configured list) is typed by its value.
 PLACEHOLDER_TYPES = frozenset({"", "unknown", "other", "others", "none", "n/a", "na", "null", "entity", "thing"})
+_VALUE_TYPE_KEYS = frozenset(k for keys in _VALUE_TYPES.values() for k in keys) | {"duration"}
 
 
 def _value_type_of(name: str, entity_types: tuple[str, ...]) -> str | None:
@@ -278,7 +279,7 @@ def _value_type_of(name: str, entity_types: tuple[str, ...]) -> str | None:
 @dataclass
 class _NameCheck:
     """Checks of one unit's names against its text (grounding.py) under one policy, each name
-    judged once (per whether it has a concept type)."""
+    judged once (per whether its type exempts it from the common-noun check)."""
 
     text: str
     examples: frozenset[str]
@@ -289,12 +290,15 @@ class _NameCheck:
 
     def verdict(self, name: str, typ: str | None = None) -> str:
         """"" for a name to keep, else the stats key of the reason it is dropped."""
-        concept = typ is not None and _type_key(typ) in self.concept_types
-        if (name, concept) not in self._verdicts:
-            self._verdicts[(name, concept)] = self._judge(name, concept)
-        return self._verdicts[(name, concept)]
+        key = _type_key(typ) if typ is not None else ""
+        # A concept type's or a value type's name is what it says ("machine learning", "two",
+        # "six months"), however the text writes it: no common noun.
+        exempt = key in self.concept_types or key in _VALUE_TYPE_KEYS
+        if (name, exempt) not in self._verdicts:
+            self._verdicts[(name, exempt)] = self._judge(name, exempt)
+        return self._verdicts[(name, exempt)]
 
-    def _judge(self, name: str, concept: bool) -> str:
+    def _judge(self, name: str, exempt: bool) -> str:
         if self.policy == "off":
             return ""
         if self.examples and _leaked(name, self.text, self.examples):
@@ -302,12 +306,13 @@ class _NameCheck:
         if self._unit is None:
             self._unit = UnitText.of(self.text)
         strict = self.policy == "strict"
-        if strict and clause(name, self._unit):
+        if strict and clause(name, self._unit) and not (exempt and self._unit.writes(name)):
+            # (a value or concept the text writes as it is may be long: "the 26th day of the 4th month")
             return "names_clause"
         if not grounded(name, self._unit):
             return "names_ungrounded"
         # "machine learning" typed concept is a concept's name, however the text writes it
-        if strict and not concept and value_type(name) is None and generic(name, self._unit):
+        if strict and not exempt and value_type(name) is None and generic(name, self._unit):
             return "names_generic"
         return ""
 
@@ -546,6 +551,9 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
             "relationship_instances": relationships.count,
             "claim_instances": claims.count,
             **units,
+            # relationships of an entity to itself, and records with an empty name: dropped
+            "self_loops": counts["self_loops"],
+            "empty_names": counts["empty_names"],
             "types_mapped": counts["types_mapped"],
             "types_to_catch_all": counts["types_to_catch_all"],
             # records naming a few-shot example's entity that the unit's text does not hold

@@ -78,7 +78,7 @@ _INSTITUTION_ENDINGS = ("委员会", "中心", "集团", "协会", "大学", "�
                         "院", "局", "部", "署", "厅", "社", "所", "馆", "军", "党", "团", "台", "校", "处")
 
 MAX_NAME_WORDS = 6
-MAX_TITLE_WORDS = 12
+MAX_TITLE_WORDS = 16
 MAX_HAN_CHARS = 8
 MAX_LONG_HAN_CHARS = 20
 # A shared stem of at least this many letters before an inflection or a demonym ending.
@@ -182,7 +182,7 @@ def _fold_cjk(text: str) -> str:
 
 
 _LINE_HYPHEN = re.compile(r"([^\W\d_]{2,})-[ \t]*\r?\n[ \t]*([^\W\d_A-Z][^\W\d_]*)")
-_INITIALS = re.compile(r"(?<![^\W\d_])((?:[^\W\d_]\.){2,})")
+_INITIALS = re.compile(r"(?<![^\W\d_])((?:[^\W\d_]\.)+[^\W\d_]\.?)(?![^\W\d_])")
 
 
 def _prepare(text: str) -> str:
@@ -532,8 +532,13 @@ def generic(name: str, unit: UnitText) -> bool:
     return not (name[:1].isupper() and all(t.sentence_start for t in occurrences))
 
 
+# Small words a title leaves in lower case ("Knight's Cross of the Iron Cross with Oak Leaves").
+_TITLE_SMALL_WORDS = PARTICLES | frozenset("with from into over under as or nor but so up off per via than".split())
+
+
 def _title_cased(name: str) -> bool:
-    words = [w for w in _WORD.findall(name) if w.casefold() not in PARTICLES]
+    """Every word but the small ones starts with a capital or a digit ("Do They Know It's Christmas?")."""
+    words = [w for w in re.findall(r"[^\W_][\w'’.-]*", name) if w.casefold() not in _TITLE_SMALL_WORDS]
     return bool(words) and all(w[0].isupper() or w[0].isdigit() for w in words)
 
 
