@@ -531,7 +531,8 @@ def test_findings_that_cite_nothing_restate_bookkeeping_or_add_numbers_are_dropp
     assert reports.iloc[0]["summary"] == "A composer and his society [Data: Entities (5)]."
     assert counts == {"reports_checked": 1, "findings_written": 7, "findings_kept": 3, "findings_bookkeeping": 1,
                       "findings_uncited": 2, "findings_unsupported": 1, "findings_unknown_names": 1,
-                      "citations_invalid": 4, "reports_without_findings": 0, "ratings_capped": 1}
+                      "citations_invalid": 4, "reports_without_findings": 0, "summary_sentences_unsupported": 0,
+                      "ratings_capped": 1}
     assert "1 million" not in reports.iloc[0]["full_content"]
     assert json.loads(reports.iloc[0]["full_content_json"])["findings"] == findings
 

@@ -14,8 +14,10 @@ higher community may be composed from its sub-communities' reports:
 A report that fails after the client's retries is returned in the failure list and gets no
 row; its parent is then built from that child's raw elements. Each answer is checked against
 its context in code (report_checks.py): findings that cite nothing valid, restate bookkeeping or
-hold numbers the context does not are dropped, the rating is capped by the community's size,
-and the counts go to the caller's `counts`.
+hold numbers the context does not support are dropped, so are such sentences of the summary, the
+rating is capped by the community's size (its entities and extracted relationships: co-occurrence
+edges do not count) with an explanation that says so in the report's language, and the counts go
+to the caller's `counts`.
 """
 from __future__ import annotations
 
@@ -126,6 +128,7 @@ class _Elements:
     edge_rank: dict[str, tuple[float, int]]     # id -> (-combined_degree, human_readable_id)
     title_of: dict[str, str]                    # entity id -> title
     header_tokens: dict[str, int] = field(default_factory=dict)
+    weak: set[str] = field(default_factory=set)  # ids of co-occurrence edges (cooccurrence_edges.py)
 
 
 def _elements(entities: pd.DataFrame, relationships: pd.DataFrame,
@@ -155,8 +158,10 @@ def _elements(entities: pd.DataFrame, relationships: pd.DataFrame,
         ends[rid] = (str(row.source), str(row.target))
         edge_rank[rid] = (-cd, int(row.human_readable_id))
     headers = {h: count_tokens(h) + 1 for h in (ENTITY_HEADER, CLAIM_HEADER, RELATIONSHIP_HEADER, REPORT_HEADER)}
+    weak = set(relationships.loc[relationships["co_occurrence"].eq(True), "id"].astype(str)) \
+        if "co_occurrence" in relationships else set()
     return _Elements(_Pieces(lambda v: _row(*v), ent_rows), ent_rank, claims, _Pieces(lambda v: _row(*v), edge_rows),
-                     ends, edge_rank, title_of, headers)
+                     ends, edge_rank, title_of, headers, weak)
 
 
 @dataclass
@@ -368,12 +373,38 @@ def _clean(report: Report) -> Report:
     )
 
 
-def _checked(report: Report, context: str, c: _Community, counts: Counter[str]) -> Report:
+CAPPED_EXPLANATION = {
+    "en": "Rated {rating} (the model gave {model}): the community has {entities} and {relationships}, too few to be "
+          "central to the collection.",
+    "zh": "评分为{rating}（模型给出{model}）：该社区只有{entities}个实体和{relationships}条关系，规模太小，不足以成为整个数据集的核心。",
+}
+
+
+def capped_explanation(rating: float, model: float, entities: int, relationships: int, language: str) -> str:
+    """The explanation of a rating the size cap lowered: the model's own explanation argues for
+    the rating it gave, which the report no longer has."""
+    if language not in CAPPED_EXPLANATION:
+        language = "en"
+    if language == "en":
+        ents = f"{entities} {'entity' if entities == 1 else 'entities'}"
+        rels = f"{relationships} {'relationship' if relationships == 1 else 'relationships'}"
+    else:
+        ents, rels = str(entities), str(relationships)
+    return CAPPED_EXPLANATION[language].format(rating=f"{rating:g}", model=f"{model:g}", entities=ents,
+                                               relationships=rels)
+
+
+def _checked(report: Report, context: str, c: _Community, el: _Elements, counts: Counter[str], language: str) -> Report:
+    # Only extracted relationships make a community bigger: a weak co-occurrence edge says two
+    # names share a sentence, not that they are related.
+    extracted = sum(r not in el.weak for r in c.edge_ids)
     checked = report_checks.check_report(
         report.summary, report.rating, [(f.summary, f.explanation) for f in report.findings], context,
-        entities=len(c.titles), relationships=len(c.edge_ids), counts=counts)
+        entities=len(c.titles), relationships=extracted, counts=counts)
+    explanation = capped_explanation(checked.rating, report.rating, len(c.titles), extracted, language) \
+        if checked.capped else report.rating_explanation
     return Report(title=report.title, summary=checked.summary, rating=checked.rating,
-                  rating_explanation=report.rating_explanation,
+                  rating_explanation=explanation,
                   findings=[Finding(summary=s, explanation=e) for s, e in checked.findings])
 
 
@@ -528,7 +559,7 @@ async def write_reports(
         except LLMError:
             failed.append(c.number)  # the client recorded it in usage too
         else:
-            report = _checked(_clean(report), context, c, checks)
+            report = _checked(_clean(report), context, c, el, checks, language)
             reports[c.number] = report
             rows[c.number] = _row_of(c, report, context_tokens, used_sub, today)
         if advance:
