@@ -5,7 +5,7 @@ every entity mention with its type, relations as head/tail/Wikidata id) and writ
 them (all by default; fewer drawn with --seed) as the input of a fresh project per policy, one
 document per line of a jsonl file, the text built as bench/extraction_quality.py builds it.
 Then `sensegraph index` runs in a subprocess, as a user runs it, against the mock server of
-tests/mock_llm.py (provider openai, model "mock"), whose `answer` hook plays a perfect
+tests/mock_llm.py (provider openai, model "mock"), whose `responder` hook plays a perfect
 extractor: each extraction call gets the gold annotation of the document its prompt holds,
 
 - every gold entity one record: its name as the text writes it (the first mention, in text
@@ -173,7 +173,7 @@ def gold_doc(doc: dict) -> GoldDoc:
 
 
 class Oracle:
-    """The mock's `answer` hook: the gold annotation for each extraction call."""
+    """The mock's `responder` hook: the gold annotation for each extraction call."""
 
     def __init__(self, docs: list[GoldDoc]):
         self.by_text = {d.text: d for d in docs}
@@ -427,7 +427,7 @@ def main() -> None:
     oracle = Oracle(docs)
     results: dict[str, tuple[Outcome, dict[str, Any]]] = {}
     timings: dict[str, float] = {}
-    with start_mock_server(fast_vectors=True, answer=oracle) as server:
+    with start_mock_server(fast_vectors=True, responder=oracle) as server:
         for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
             root = Path(args.workdir) / policy
             write_project(root, docs, server.base_url, policy, args.keep_cache)

@@ -6,7 +6,7 @@ rerun sees identical answers. Structured requests get a schema-valid instance wh
 taken from the last user message: capitalised phrases (and runs of Han characters), so an
 extraction schema yields entity names that occur in the text and relationships between them.
 Faults (429, 5xx, hangs, dropped connections, broken JSON ...) come from a script or at seeded
-random rates, so retry paths can be tested against real sockets. An `answer` hook can give the
+random rates, so retry paths can be tested against real sockets. A `responder` hook can give the
 content of chosen chat replies itself (a benchmark playing a perfect extractor).
 
     with start_mock_server(latency=0.05, script=["429", "ok"]) as server:
@@ -313,7 +313,7 @@ class MockServer:
                  reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
                  api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0,
                  answer_scale: float = 1.0, fast_vectors: bool = False,
-                 answer: Callable[[dict[str, Any]], str | None] | None = None):
+                 responder: Callable[[dict[str, Any]], str | None] | None = None):
         unknown = set(faults or {}) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)}; allowed: {', '.join(FAULTS)}")
@@ -336,9 +336,9 @@ class MockServer:
         # drawn in Python, a batch of 64 vectors held every chat answer in flight back by ~15 ms,
         # which no real server does; benchmarks that embed beside chat calls turn this on.
         self.fast_vectors = fast_vectors
-        # answer(body) -> the content to send for a chat request, or None for the usual answer
+        # responder(body) -> the content to send for a chat request, or None for the usual answer
         # (benchmarks that play a particular model for some calls, e.g. a perfect extractor).
-        self.answer = answer
+        self.responder = responder
         # At most this many requests are worked on at once (0 = no limit); the rest queue, like
         # a GPU server at its batch limit, so latency grows with the queue instead of staying flat.
         self.batch_limit = batch_limit
@@ -572,7 +572,7 @@ class MockServer:
         # (tests replace _chat_answer with three-argument versions: pass options only when set)
         options = {**({"yes_rate": self.yes_rate} if self.yes_rate else {}),
                    **({"answer_scale": self.answer_scale} if self.answer_scale != 1.0 else {})}
-        given = self.answer(body) if self.answer is not None else None
+        given = self.responder(body) if self.responder is not None else None
         if given is not None:
             # sent as given: only the faults of the request itself (status codes, hangs, drops)
             # were applied above, none that reshape an answer
@@ -666,7 +666,7 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
                       reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
                       api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0,
                       answer_scale: float = 1.0, fast_vectors: bool = False,
-                      answer: Callable[[dict[str, Any]], str | None] | None = None) -> MockServer:
+                      responder: Callable[[dict[str, Any]], str | None] | None = None) -> MockServer:
     """Start a mock server in a background thread; use as a context manager or call `.stop()`.
 
     faults: rates per fault, e.g. {"429": 0.1, "hang": 0.01} (FAULTS lists them).
@@ -680,7 +680,7 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
             that many sentences, that many times more entities, relationships and findings per
             answer (up to the schema's maxItems); 1 = the usual answers.
     fast_vectors: embeddings drawn by numpy, so a batch does not stall the server's chat answers.
-    answer: answer(body) -> the content of the reply to a chat request (its JSON body as sent),
+    responder: responder(body) -> the content of the reply to a chat request (its JSON body as sent),
             or None for the usual generated answer. Called in the server's thread; the faults
             written into generated answers (invalid, length, fenced, empty, truncated JSON) do
             not touch its answers, the others (status codes, hangs, drops) apply as usual.
@@ -688,7 +688,7 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
     return MockServer(latency=latency, faults=faults, script=script, seed=seed, port=port,
                       reject_formats=reject_formats, models=models, api_key=api_key, yes_rate=yes_rate,
                       batch_limit=batch_limit, answer_scale=answer_scale, fast_vectors=fast_vectors,
-                      answer=answer).start()
+                      responder=responder).start()
 
 
 def main() -> None:
