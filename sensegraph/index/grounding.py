@@ -91,7 +91,8 @@ _INFLECTIONS = {frozenset(p) for p in (("", "s"), ("", "es"), ("y", "ies"), ("",
 _DEMONYMS = {frozenset(p) for p in (("", "n"), ("", "ns"), ("", "an"), ("", "ans"), ("", "ian"), ("", "ians"),
                                     ("a", "an"), ("a", "ans"), ("a", "ian"), ("a", "ians"), ("y", "ian"),
                                     ("y", "ians"), ("o", "an"), ("o", "ans"), ("", "ese"), ("a", "ese"),
-                                    ("", "ish"), ("en", "ish"), ("ain", "ish"), ("", "i"), ("", "y"))}
+                                    ("", "ish"), ("en", "ish"), ("ain", "ish"), ("and", "ish"), ("", "i"),
+                                    ("", "y"))}
 # Endings that change a word little enough to need a longer stem (German/Germany, not Bill/Billy).
 _LONG_STEM_ENDINGS = {frozenset(("", "y")), frozenset(("", "i"))}
 
@@ -219,16 +220,6 @@ def _fold(name: str) -> str:
     if has_han(s):
         return _fold_cjk(s)
     return " ".join(fold_word(w) for w in s.split(" ")) if s else s
-
-
-def _words(s: str) -> list[str]:
-    return _WORD.findall(_POSSESSIVE.sub("", fold(s)))
-
-
-def name_words(name: str) -> tuple[str, ...]:
-    """The folded words of a name, punctuation and possessives dropped: "Apple Inc." and
-    "Apple Inc" are ("apple", "inc")."""
-    return tuple(_words(name))
 
 
 def same_name(a: str, b: str) -> bool:

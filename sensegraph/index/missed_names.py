@@ -37,7 +37,7 @@ import pandas as pd
 
 from ..config import Settings
 from .extract import ENTITY_COLUMNS, ExtractionResult, normalize_name
-from .grounding import name_words, same_name
+from .grounding import same_name
 
 NER_ROUND = -1
 
@@ -90,14 +90,13 @@ def _type_of(candidates: list[str], model_types: Counter[str]) -> str | None:
 
 def _named(title: str, key: str, titles: list[str], keys: set[str]) -> bool:
     """Whether the model named this entity in the unit: the same key or the same name
-    (same_name), or one holding the other as whole words (of at least 4 characters, so "Al" is
-    not found in "Al Gore's Alliance")."""
+    (same_name), or one key holding the other between spaces (of at least 4 characters, so
+    "Al" is not found in "Al Gore's Alliance"; and "London" is not named by "London's Wembley
+    Arena", nor "Stanley Cup" by "Stanley Cup-winning coach": those are other things)."""
     if key in keys:
         return True
-    words = " ".join(name_words(title))
-    for t in titles:
-        other = " ".join(name_words(t))
-        short, long = (words, other) if len(words) < len(other) else (other, words)
+    for k, t in zip(map(normalize_name, titles), titles):
+        short, long = (key, k) if len(key) < len(k) else (k, key)
         if (len(short) >= 4 and f" {short} " in f" {long} ") or same_name(title, t):
             return True
     return False
