@@ -122,6 +122,45 @@ def test_english_rows_do_not_depend_on_batching(english, monkeypatch):
     assert reverse.equals(found)
 
 
+OVERLAPPING = [
+    "The U.S. Department of Energy funds the lab in Oak Ridge. Mr. Fezziwig laughed, and old Fezziwig danced "
+    "with Mrs. Fezziwig.",
+    "Fezziwig was a kind man. Mr. Fezziwig paid the fiddler. Old Joe and Mrs. Dilber sold the curtains to "
+    "Dr. Jane Smith.",
+]
+
+
+def test_overlapping_mentions_are_one_concept_the_longest():
+    units = _units(OVERLAPPING)
+    found = concept_instances(units, language="en", settings=Settings())
+    for _, rows in found.groupby("text_unit_id"):  # no two concepts share a character of the text
+        spans = sorted(zip(rows["start"], rows["end"]))
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
+    keys = set(found["key"])
+    assert "us department of energy" in keys
+    assert not {"us department", "energy"} & keys  # pieces of the longer name
+    # a modifier before a name is not part of it: "old Fezziwig" is Fezziwig, "Old Joe" is Joe
+    assert not {"old fezziwig", "old joe"} & keys and "joe" in keys
+    # Mr. and Dr. are folded into the name, as written in the surface form (an alias in the graph)
+    assert not {"mr. fezziwig", "dr. jane smith"} & keys
+    fezziwig = found[found["key"] == "fezziwig"]
+    assert set(fezziwig["title"]) == {"Fezziwig"} and "Mr. Fezziwig" in set(fezziwig["surface"])
+    assert set(found.loc[found["key"] == "jane smith", "surface"]) == {"Dr. Jane Smith"}
+    # Mrs. tells another person of that surname (Mrs. Fezziwig is not Fezziwig): a name of its own,
+    # typed by the name the NER found inside it
+    assert set(found.loc[found["key"] == "mrs. fezziwig", "type"]) == {"PERSON"}
+    assert set(found.loc[found["key"] == "mrs. dilber", "type"]) == {"PERSON"} and "dilber" not in keys
+    for r in found.itertuples():
+        text = units.set_index("id").loc[r.text_unit_id, "text"]
+        assert text[r.start:r.end] == r.surface
+    entities, relationships = concept_graph(found, units, settings=_settings(min_frequency=1))
+    by_title = entities.set_index("title")
+    assert by_title.loc["Fezziwig", "type"] == "PERSON" and "Mr. Fezziwig" in by_title.loc["Fezziwig", "aliases"]
+    pairs = {frozenset(p) for p in zip(relationships["source"], relationships["target"])}
+    assert frozenset(("Fezziwig", "Mrs. Fezziwig")) in pairs  # two people in one sentence
+    assert not any({"U.S. Department", "Energy"} & p for p in pairs)
+
+
 # -- Chinese ---------------------------------------------------------------------------------------
 
 CHINESE = ["孙悟空在花果山水帘洞自称美猴王。玉帝派太白金星下界招安！",

@@ -23,14 +23,23 @@ noun tokens inside them), pronouns, generic nouns ("thing", "lot", "way", "peopl
 with adjectives only ("little bit", "interesting thing"), vague leading adjectives ("other",
 "many" ...: "other people" is "people", dropped), a single word in brackets (a transcript's
 "(Laughter)", "[MUSIC]"), links, e-mail addresses, identifiers with underscores, phrases without
-a letter, shorter than 2 characters or longer than 6 words / 80 characters.
+a letter, shorter than 2 characters or longer than 6 words / 80 characters, an abbreviated title
+alone ("Mr.").
+
+Mentions never overlap: where a named entity and a noun phrase share words, the longest is the
+concept ("U.S. Department of Energy", not also "U.S. Department" and "Energy"; "AI model" for
+"the AI models", not also "AI"), except that words before a name are not part of it ("old
+Fezziwig" is Fezziwig) and a title before a person's name is: folded into it where it only
+addresses the person ("Mr. Fezziwig", "Dr. Jane Smith", "King George" are Fezziwig, Jane Smith,
+George; the titled form is the surface, so an alias in the graph), kept where it tells a woman from
+a man of the same surname ("Mrs. Fezziwig", "Miss", "Lady" ...); a titled name is a PERSON.
 
 One row per occurrence: `title` is the display form (leading determiners and possessives
 stripped, a noun phrase's plural head made singular: "the AI models" -> "AI model"), `key` is
 `normalize_name(title)` (so `content_id("entity", key)` is `summarize.entity_id(title)`, and a
 standard index of the same corpus shares ids where names coincide), `surface` the text as
-written (minus the stripped determiner). Rows are in unit order, then text order: the same units
-give the same rows.
+written (minus the stripped determiner, with a folded title). Rows are in unit order, then text
+order: the same units give the same rows.
 """
 from __future__ import annotations
 
@@ -304,8 +313,8 @@ def _english_doc(doc: Any, singular: _Singular) -> list[_Found]:
         for k in range(s.start, s.end):
             sent_of[k] = si
     # Clitics, addresses, links, identifiers (file_names) and the tokens of numbers, dates and
-    # amounts are never part of a noun phrase. A named entity may be ("the AI models" -> "AI" and "AI model"), but a phrase
-    # that is just the entity is not repeated.
+    # amounts are never part of a noun phrase. A named entity may be ("the AI models"); which of
+    # the overlapping mentions is the concept is decided at the end (_without_overlaps).
     blocked = [t.lower_ in _CLITICS or t.like_url or t.like_email or "_" in t.text for t in doc]
     spans: list[tuple[int, int, str]] = []
     for ent in doc.ents:
@@ -349,22 +358,112 @@ def _english_doc(doc: Any, singular: _Singular) -> list[_Found]:
             proper = all(tags[i] in ("NNP", "NNPS") for i in range(start, end))
             spans.append((start, end, NAME if proper else NOUN_PHRASE))
     spans.sort(key=lambda s: (s[0], -s[1]))
-    stripped = [(_strip(list(doc[start:end])), label) for start, end, label in spans]
-    entity_at = {(t[0].i, t[-1].i) for t, label in stripped if t and label in ENTITY_LABELS}
-    for tokens, label in stripped:
-        if not tokens or (label not in ENTITY_LABELS and (tokens[0].i, tokens[-1].i) in entity_at):
-            continue  # the entity itself once "the", "other" ... are stripped from the phrase
-        phrase = _phrase(tokens, singular if label not in ENTITY_LABELS else None)
+    stripped = [(t[0].i, t[-1].i + 1, label) for t, label in
+                ((_strip(list(doc[start:end])), label) for start, end, label in spans) if t]
+    candidates: list[tuple[int, int, _Found]] = []  # (first token, end token, concept): overlaps unresolved
+    for a, b, label in _names_with_titles(doc, stripped):
+        tokens = list(doc[a:b])
+        titled = _leading_titles(tokens)
+        if titled == len(tokens):
+            if all(t.text.endswith(".") or t.lower_ in STOP_NOUNS for t in tokens):
+                continue  # an abbreviated title alone ("Mr."); "the President", "a judge" are concepts
+            titled = 0
+        if titled and label == NAME:
+            label = "PERSON"  # a title names a person
+        # Mr., Dr., King ... are folded into the name ("Mr. Fezziwig" is Fezziwig, written so);
+        # Mrs., Miss ... are part of it (_KEPT_TITLES)
+        fold = titled if titled and label == "PERSON" and not any(
+            _title_word(t) in _KEPT_TITLES for t in tokens[:titled]) else 0
+        name = tokens[fold:]
+        phrase = _phrase(name, singular if label not in ENTITY_LABELS else None)
         if phrase is None:
             continue
-        title, surface = phrase
+        title = phrase[0]
+        surface = _phrase(tokens, None)[1] if fold else phrase[1]
         key = normalize_name(title)
-        if not _acceptable(key, len(tokens)) or _vague(tokens, key) or _stage_direction(doc, tokens):
+        if not _acceptable(key, len(name)) or _vague(name, key) or _stage_direction(doc, name):
             continue
-        sent = sents[sent_of[tokens[0].i]]
-        found.append(_Found(title, key, label, sent_of[tokens[0].i], surface, tokens[0].idx,
-                            tokens[-1].idx + len(tokens[-1].text), sent.start_char, sent.end_char))
-    return found
+        sent = sents[sent_of[a]]
+        candidates.append((a, b, _Found(title, key, label, sent_of[a], surface, tokens[0].idx,
+                                        tokens[-1].idx + len(tokens[-1].text), sent.start_char, sent.end_char)))
+    return _without_overlaps(candidates, len(doc))
+
+
+# Titles before a person's name (compared without their dot). Folded into the name: they address
+# the person the bare name means ("Mr. Fezziwig" and "Fezziwig", "Dr. Jane Smith" and "Jane
+# Smith", "King George" and "George"). Kept in the name: those that tell a woman from a man of the
+# same surname (Mrs. Fezziwig is not Fezziwig, Mrs. Cratchit not Bob Cratchit, Lady Macbeth not
+# Macbeth): where a Mr. and a Mrs. share a surname, the bare surname is most often the man's
+# (A Christmas Carol: "Fezziwig", "Cratchit").
+_FOLDED_TITLES = frozenset("""mr messrs dr prof professor sir lord king queen prince princess emperor empress
+tsar czar pope duke duchess earl count countess baron baroness dame master rev reverend capt captain col colonel
+gen general maj major lt lieutenant sgt sergeant cmdr commander adm admiral gov governor sen senator pres
+president judge mayor chancellor agent agents detective inspector officer constable sheriff doctor""".split())
+_KEPT_TITLES = frozenset("mrs miss ms madam madame mme mlle lady".split())
+# Adjectives before a name that are not part of it, even capitalised at a sentence's start
+# ("Old Joe", "Poor Robin Crusoe"); lower-case words before a name never are ("old Fezziwig").
+_NAME_ADJECTIVES = frozenset("old young little poor dear".split())
+_PROPER_TAGS = frozenset({"NNP", "NNPS"})
+
+
+def _title_word(token: Any) -> str | None:
+    word = token.lower_.rstrip(".")
+    return word if word in _FOLDED_TITLES or word in _KEPT_TITLES else None
+
+
+def _leading_titles(tokens: list[Any]) -> int:
+    n = 0
+    while n < len(tokens) and _title_word(tokens[n]):
+        n += 1
+    return n
+
+
+def _names_with_titles(doc: Any, spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Noun phrases that are a name with words before it, made the name: "old Fezziwig" ->
+    "Fezziwig" (the NER's span), "Mrs. Fezziwig" -> the span with its title, a PERSON whatever the
+    NER called the name inside (it types a surname as an ORG at times: "the Cratchits"). A phrase
+    that merely repeats an entity (once "the" is stripped) goes."""
+    entities = [(a, b, label) for a, b, label in spans if label in ENTITY_LABELS]
+    at = {(a, b) for a, b, _ in entities}
+    dropped: set[tuple[int, int]] = set()
+    out: list[tuple[int, int, str]] = []
+    for a, b, label in spans:
+        if label in ENTITY_LABELS:
+            out.append((a, b, label))
+            continue
+        if (a, b) in at:
+            continue
+        inside = [e for e in entities if a <= e[0] and e[1] <= b]
+        if len(inside) == 1 and inside[0][1] == b:  # one name, at the phrase's end
+            ea = inside[0][0]
+            i = a
+            while i < ea and (doc[i].tag_ not in _PROPER_TAGS or doc[i].lower_ in _NAME_ADJECTIVES):
+                i += 1
+            j = i
+            while j < ea and _title_word(doc[j]):
+                j += 1
+            if j == ea and i == ea and any(t.text[:1].isupper() for t in doc[ea:b]):
+                continue  # modifiers of the name: the name alone
+            if j == ea and i < ea:  # titles (after modifiers): the titled name, one concept
+                dropped.add((ea, b))
+                out.append((i, b, "PERSON"))
+                continue
+        out.append((a, b, label))
+    return [s for s in out if s[2] not in ENTITY_LABELS or (s[0], s[1]) not in dropped]
+
+
+def _without_overlaps(candidates: list[tuple[int, int, _Found]], n_tokens: int) -> list[_Found]:
+    """Where mentions overlap in the text the longest (in tokens) wins ("U.S. Department of
+    Energy" over "U.S. Department" and "Energy"; "U.S. copyright law" over "U.S."); between
+    equally long ones a named entity over a noun phrase, then the first. In text order."""
+    order = sorted(candidates, key=lambda c: (c[0] - c[1], c[2].type not in ENTITY_LABELS, c[0]))
+    used = bytearray(n_tokens)
+    taken: list[tuple[int, int, _Found]] = []
+    for a, b, f in order:
+        if not any(used[a:b]):
+            used[a:b] = b"\x01" * (b - a)
+            taken.append((a, b, f))
+    return [f for _, _, f in sorted(taken, key=lambda c: c[0])]
 
 
 def english_concepts(texts: Iterable[str], *, n_process: int = 1) -> Iterator[list[_Found]]:
