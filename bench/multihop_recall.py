@@ -49,9 +49,9 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "2wiki-dev"
 PUBLISHED = "published (gpt-4o-mini, 101 questions): vector 0.42, LightRAG 0.45, GraphRAG 0.73, fast-graphrag 0.93"
 
 
-def corpus_for(questions: list[dict], limit: int | None) -> list[str]:
+def corpus_for(questions: list[dict], limit: int | None, corpus: Path = DATA) -> list[str]:
     """Corpus lines: all of them, or the gold passages of the chosen questions plus drawn others."""
-    lines = (DATA / "corpus.jsonl").read_text().splitlines()
+    lines = (corpus / "corpus.jsonl").read_text().splitlines()
     if limit is None:
         return lines
     gold = {t for q in questions for t in q["supporting_titles"]}
@@ -63,16 +63,17 @@ def corpus_for(questions: list[dict], limit: int | None) -> list[str]:
 
 
 def project(args: argparse.Namespace, questions: list[dict]):
-    name = (f"{args.index}-{args.size}-{args.limit or 'all'}" + (f"-g{args.gleanings}" if args.gleanings is not None else "")
+    corpus = Path(args.corpus)
+    name = (("" if corpus == DATA else f"{corpus.name}-") + f"{args.index}-{args.size}-{args.limit or 'all'}" + (f"-g{args.gleanings}" if args.gleanings is not None else "")
             + (f"-m{args.max_items}" if args.max_items else ""))
     workdir = Path(args.workdir) / name
     (workdir / "input").mkdir(parents=True, exist_ok=True)
     if args.limit is None:
         link = workdir / "input" / "corpus.jsonl"
         if not link.exists():
-            link.symlink_to(DATA / "corpus.jsonl")  # read in place
+            link.symlink_to(corpus.resolve() / "corpus.jsonl")  # read in place
     else:  # a subset of the corpus lives in the scratch project only
-        (workdir / "input" / "corpus.jsonl").write_text("\n".join(corpus_for(questions, args.limit)) + "\n")
+        (workdir / "input" / "corpus.jsonl").write_text("\n".join(corpus_for(questions, args.limit, corpus)) + "\n")
     extraction = {**({"max_gleanings": args.gleanings} if args.gleanings is not None else {}),
                   **({"max_entities": args.max_items, "max_relationships": args.max_items} if args.max_items else {})}
     gleanings = ("extraction:\n" + "".join(f"  {k}: {v}\n" for k, v in extraction.items())) if extraction else ""
@@ -137,6 +138,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", default="/tmp/sensegraph-2wiki", help="one project folder per configuration under it")
     ap.add_argument("--index", choices=["lazy", "standard"], default="lazy")
+    ap.add_argument("--corpus", default=str(DATA),
+                    help="a folder with corpus.jsonl holding every gold passage of the 50 questions, e.g. "
+                         "../shared/data/2wiki-corpus (6,119 passages); default 2wiki-dev (328)")
     ap.add_argument("--limit", type=int, default=None, help="the first N questions (and a corpus cut to match)")
     ap.add_argument("--size", choices=["1.5b", "0.5b"], default="1.5b", help="the embedded chat model")
     ap.add_argument("--gleanings", type=int, default=None, help="extraction.max_gleanings (default: the setting's)")

@@ -222,14 +222,16 @@ class LazySettings(_Section):
     budget: int = Field(100, ge=1, description="relevance tests of text units per question (presets 100 / 500 / 1500)")
     subqueries: int = Field(3, ge=1, le=8, description="subqueries the chat model splits a question into")
     units_per_community: int = Field(3, ge=1, description="untested text units tested per community visit")
-    # A level's communities are tested in rank order until this many in a row yield nothing;
-    # the search then goes down into the sub-communities of the relevant ones.
-    barren_communities: int = Field(3, ge=1)
-    # chat: the chat model says yes/no per unit; embedding: no LLM call (a unit is relevant when
-    # its similarity to a subquery stands out from the corpus's, embedding_z standard deviations
-    # above the mean, or is within embedding_margin of that subquery's best unit);
-    # auto: chat for a hosted model, embedding for the embedded one (provider local).
+    # chat: the chat model rates each unit 0-3 (several units per call); embedding: no LLM call (a
+    # unit is relevant when its similarity to a subquery stands out from the corpus's,
+    # embedding_z standard deviations above the mean, or is within embedding_margin of that
+    # subquery's best unit): the budget then buys nothing; auto = chat, whichever the model
+    # (docs/performance.md: the tester table).
     tester: Literal["auto", "chat", "embedding"] = "auto"
+    relevance_threshold: int = Field(2, ge=1, le=3, description="chat tester: a unit rated this or more (0-3) is relevant")
+    # A subquery that has found nothing relevant while others have is embedded again with this
+    # many concepts of what they found ("who is the director's father?" + "Gia Coppola"); 0 = off.
+    refine_concepts: int = Field(3, ge=0, le=10)
     # Embedding similarities are compressed (e5: most of a corpus within 0.05 of the best unit),
     # so a fixed margin admits half of a large corpus; standing out from the distribution does not.
     embedding_z: float = Field(2.0, ge=0, description="embedding tester: relevant this many SDs above the mean")
@@ -246,7 +248,8 @@ class LazySettings(_Section):
     # 0 = keep every claim that cites a passage. A claim phrased as a question is never kept.
     claim_grounding: float = Field(0.5, ge=0, le=1, description="share of a claim's terms its passages must hold")
     test_max_tokens: int = Field(600, ge=64, description="answer of one relevance-test call")
-    claims_max_tokens: int = Field(800, ge=64, description="answer of one claim-extraction call")
+    claims_per_unit: int = Field(3, ge=1, le=20, description="claims a claim call may give per unit it reads")
+    claims_max_tokens: int = Field(2400, ge=64, description="answer of one claim-extraction call, at most")
 
 
 class QuerySettings(_Section):
@@ -455,10 +458,14 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return sorted(k for k in model.model_fields if k != "root")
 
 
-# Settings that earlier versions had, and what took their place.
+# Settings that earlier versions had, and what to do instead (the message after the key).
 REPLACED = {
-    "extraction.grounding": "extraction.checks (auto, strict, lenient or off; lenient checks that names are in the text)",
-    "extraction.drop_generic": "extraction.checks (strict also drops common nouns and clauses; lenient does not)",
+    "extraction.grounding": "was replaced by extraction.checks (auto, strict, lenient or off; lenient checks "
+                            "that names are in the text)",
+    "extraction.drop_generic": "was replaced by extraction.checks (strict also drops common nouns and clauses; "
+                               "lenient does not)",
+    "lazy.barren_communities": "is gone: lazy search spends its whole budget, deepening where tests found relevant "
+                               "units; remove the line",
 }
 
 
@@ -468,7 +475,7 @@ def _describe(err: ValidationError, source: str) -> str:
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden" and key in REPLACED:
-            msg = f"was replaced by {REPLACED[key]}"
+            msg = REPLACED[key]
         elif e["type"] == "extra_forbidden":
             allowed = _allowed_keys(e["loc"][:-1])
             close = difflib.get_close_matches(str(e["loc"][-1]), allowed, n=1)

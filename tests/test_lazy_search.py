@@ -88,9 +88,14 @@ def asked(body: dict[str, Any]) -> str:
     system = body["messages"][0]["content"]
     if "JSON schema:\n" in system:
         props = json.loads(system.rsplit("JSON schema:\n", 1)[1]).get("properties", {})
-        return next(n for key, n in (("verdicts", "Verdicts"), ("claims", "Claims"),
+        return next(n for key, n in (("ratings", "Ratings"), ("claims", "Claims"),
                                      ("expanded_query", "Subqueries")) if key in props)
     return "text"
+
+
+def tag(ref: int) -> str:
+    """A unit's id spelled in letters: a claim's own numbers must be its passage's."""
+    return "".join(chr(ord("a") + int(d)) for d in str(ref))
 
 
 class Script:
@@ -109,16 +114,16 @@ class Script:
         kind = asked(body)
         if kind == "Subqueries":
             return {"subqueries": self.subqueries, "expanded_query": "harbor fishing boats and their fate"}
-        if kind == "Verdicts":
+        if kind == "Ratings":
             rows = rows_of(body)
             self.tested += [ref for ref, _ in rows]
-            verdicts = [{"id": ref, "relevant": self.relevant(text), "subqueries": [1, 7]} for ref, text in rows]
-            # a disobedient server: more verdicts than allowed, about units not in the batch
-            verdicts += [{"id": 999, "relevant": True, "subqueries": []}] * self.extra_verdicts
-            return {"verdicts": verdicts}
+            ratings = [{"id": ref, "score": 3 if self.relevant(text) else 0} for ref, text in rows]
+            # a disobedient server: more ratings than allowed, about units not in the batch
+            ratings += [{"id": 999, "score": 3}] * self.extra_verdicts
+            return {"ratings": ratings}
         if kind == "Claims":
             # a claim in the passage's own words, as claim_grounding requires
-            claims = [{"claim": f"CLAIM-{ref}: {text}", "sources": [ref], "subquery": 1, "score": 80}
+            claims = [{"claim": f"CLAIM-{tag(ref)}: {text}", "sources": [ref], "subquery": 1, "score": 80}
                       for ref, text in rows_of(body)]
             if self.bad_claims:
                 claims.append({"claim": "INVENTED claim", "sources": [555], "subquery": 9, "score": 99})
@@ -149,7 +154,7 @@ def units(refs) -> list[int]:
 @pytest.mark.parametrize("budget", [1, 2, 3, 5, 8, 100])
 def test_the_budget_is_never_exceeded(tmp_path, budget):
     script = Script(relevant=lambda text: True)  # everything relevant: the search wants to go on
-    q, llm = make(tmp_path, script, barren_communities=2)
+    q, llm = make(tmp_path, script)
     r = run(lazy_search(q, budget=budget))
     assert r.stats["tests_used"] == len(r.stats["tested"]) <= budget
     assert len(script.tested) == len(set(script.tested)) == r.stats["tests_used"]  # each unit sent once
@@ -164,57 +169,72 @@ def test_the_embedding_tester_keeps_the_budget_and_makes_no_test_call(tmp_path):
     r = run(lazy_search(q, budget=4))
     assert r.stats["tester"] == "embedding" and r.stats["tests_used"] <= 4
     assert script.tested == [] and "relevance" not in q.llm.usage.steps
-    assert [asked(b) for b in llm.requests].count("Verdicts") == 0
+    assert [asked(b) for b in llm.requests].count("Ratings") == 0
     # the first unit tested is the best of all, so within the margin of its subquery's best
     assert r.stats["tested"][0]["relevant"] is True
     assert r.stats["relevant_units"] >= 1 and r.answer and r.citations.get("Sources")
 
 
-def test_auto_tester_is_embedding_for_the_embedded_model_and_chat_for_a_hosted_one(tmp_path):
+def test_auto_tester_is_the_chat_model_for_the_embedded_model_too(tmp_path):
+    # It was the embedding tester for the embedded model: free tests, so the budget bought nothing.
     from sensegraph.query.lazy_search import tester_name
 
-    assert tester_name(load_settings(tmp_path)) == "embedding"  # provider local by default
+    assert tester_name(load_settings(tmp_path)) == "chat"  # provider local by default
     hosted = load_settings(tmp_path, overrides={"chat": {"provider": "openai", "model": "m", "api_key": "k"}})
     assert tester_name(hosted) == "chat"
+    assert tester_name(load_settings(tmp_path, overrides={"lazy": {"tester": "embedding"}})) == "embedding"
 
 
 # -- the order of the tests ----------------------------------------------------------------------
-def test_a_relevant_community_is_deepened_before_an_unrelated_siblings_lower_units(tmp_path):
-    from sensegraph.query.lazy_search import Plan, rank_units
+def test_a_relevant_community_is_deepened_before_an_unrelated_siblings_lower_units(tmp_path, monkeypatch):
+    import importlib
 
-    script = Script()
-    q, _ = make(tmp_path, script, barren_communities=3)
+    lazy = importlib.import_module("sensegraph.query.lazy_search")  # the module, not the function
+    monkeypatch.setattr(lazy, "MAX_BATCH", 2)  # one visit per wave: every verdict steers the next visit
+    script = Script(subqueries=["harbor fishing boats"])
+    q, _ = make(tmp_path, script)
     r = run(lazy_search(q, budget=100))
     tested = units(t["unit"] for t in r.stats["tested"])
-    visits = [(v["community"], v["level"]) for v in r.stats["visits"]]
-    # Level 0 in rank order, two units each: A first (u0 is the best unit; u0 u1 relevant), then
-    # B (its best two: not relevant) and the others; then A's sub-communities: A1's untested u2, A2's.
-    b_tested = [u for u in tested if u in (6, 7, 8, 9)]
-    assert tested[:2] == [0, 1] and len(b_tested) == 2
-    assert visits[0] == (0, 0) and (1, 0) in visits and (4, 1) not in visits
-    first_deep = next(i for i, (_, level) in enumerate(visits) if level == 1)
-    assert all(level == 0 for _, level in visits[:first_deep])
-    assert {c for c, level in visits[first_deep:]} == {2, 3}
-    # B's next units rank above A2's units (pure vector ranking would test them first), but B
-    # yielded nothing, so they are never tested, while A's sub-communities are.
-    score = run(rank_units(q, Plan(r.stats["subqueries"], r.stats["expanded_query"]))).score
-    a2 = [u for u in tested if u in (3, 4, 5)]
-    b_rest = {6, 7, 8, 9} - set(b_tested)
-    assert a2 and 2 in tested and not b_rest & set(tested)
-    assert min(score[u] for u in b_rest) > max(score[u] for u in a2)
+    visits = [v["community"] for v in r.stats["visits"]]
+    # A holds the best unit (u0; u0 u1 relevant): its sub-communities A1 (2) and A2 (3) are
+    # visited next, before B (1), whose best units rank above A2's
+    assert tested[:2] == [0, 1] and visits[0] == 0
+    first_b = visits.index(1)
+    assert {2, 3} <= set(visits[:first_b])
+    score = run(lazy.rank_units(q, lazy.Plan(r.stats["subqueries"], r.stats["expanded_query"]))).score
+    assert min(score[u] for u in (6, 7, 8, 9)) > max(score[u] for u in (3, 4, 5))
+    # B yielded nothing on its first visit: it comes back only after every community not
+    # visited yet (C 5, D 6, the units in no community -1), although its units rank above theirs
+    second_b = visits.index(1, first_b + 1)
+    assert {5, 6, -1} <= set(visits[first_b:second_b])
+    assert min(score[u] for u in (8, 9)) > max(score[u] for u in (11, 12, 13))
     assert r.stats["levels_reached"] == [0, 1] and r.stats["relevant_units"] == 3
     assert sorted(units(t["unit"] for t in r.stats["tested"] if t["relevant"])) == [0, 1, 2]
+    assert r.stats["tests_used"] == len(TEXTS) and r.stats["stopped"] == "every unit tested"
 
 
-def test_barren_communities_in_a_row_end_the_search(tmp_path):
+def test_a_search_that_finds_nothing_still_spends_its_budget(tmp_path):
+    # Three barren communities used to end the search: on 400 podcast transcripts, a server that
+    # answers "not relevant" got 9 tests at budget 100 and 9 at budget 500.
     script = Script(relevant=lambda text: False)
-    q, llm = make(tmp_path, script, barren_communities=2)
-    r = run(lazy_search(q, budget=100))
-    # A and B yield nothing: C, D and the rest are never tested, and nothing is left to deepen
-    assert [t["community"] for t in r.stats["tested"]] == [0, 0, 1, 1]
-    assert r.stats["tests_used"] == 4 and r.stats["stopped"] == "no relevant community left"
-    assert r.answer == NO_ANSWER["en"] and r.stats["claim_calls"] == 0 and r.stats["reduce_calls"] == 0
-    assert [asked(b) for b in llm.requests] == ["Subqueries", "Verdicts"]  # A's and B's units in one call
+    q, llm = make(tmp_path, script)
+    for budget in (5, 11):
+        r = run(lazy_search(q, budget=budget))
+        assert r.stats["tests_used"] == budget and r.stats["stopped"] == "budget spent"
+        assert r.answer == NO_ANSWER["en"] and r.stats["claim_calls"] == 0 and r.stats["reduce_calls"] == 0
+    # each subquery spends its share
+    assert r.stats["budget_per_subquery"] == [6, 5] and r.stats["tests_per_subquery"] == [6, 5]
+    assert [asked(b) for b in llm.requests][-2:] == ["Subqueries", "Ratings"]  # 11 units in one call
+
+
+def test_a_larger_budget_finds_more(tmp_path):
+    texts = {**TEXTS, 10: "election council budget fact", 12: "museum archive lighthouse fact",
+             14: "lighthouse storm bridge fact"}
+    found = []
+    for budget in range(2, 16):
+        q, _ = make(tmp_path, Script(), tables=lazy_tables(texts))
+        found.append(run(lazy_search(q, budget=budget)).stats["relevant_units"])
+    assert found == sorted(found) and found[0] < found[-1] == 6  # more tests, more of the corpus seen
 
 
 def test_a_relevant_leaf_is_tested_further_until_it_yields_nothing(tmp_path):
@@ -223,7 +243,7 @@ def test_a_relevant_leaf_is_tested_further_until_it_yields_nothing(tmp_path):
     texts = {**TEXTS, 10: "harbor fishing boats election fact", 11: "election fact council"}
     tables = lazy_tables(texts)
     script = Script()
-    q, _ = make(tmp_path, script, tables=tables, barren_communities=9, units_per_community=1)
+    q, _ = make(tmp_path, script, tables=tables, units_per_community=1)
     r = run(lazy_search(q, budget=100))
     tested = units(t["unit"] for t in r.stats["tested"])
     assert 11 in tested and tested.index(11) > tested.index(14)  # C's second unit, in a later round
@@ -233,7 +253,7 @@ def test_a_relevant_leaf_is_tested_further_until_it_yields_nothing(tmp_path):
 # -- claims and citations ------------------------------------------------------------------------
 def test_claims_carry_their_source_ids_into_the_citations(tmp_path):
     script = Script(bad_claims=True)
-    q, llm = make(tmp_path, script, barren_communities=3)
+    q, llm = make(tmp_path, script)
     r = run(lazy_search(q, budget=100))
     relevant = sorted(t["unit"] for t in r.stats["tested"] if t["relevant"])
     assert relevant == [100, 101, 102]
@@ -242,7 +262,7 @@ def test_claims_carry_their_source_ids_into_the_citations(tmp_path):
     assert sorted(claim_rows) == relevant
     used = r.stats["claims_used"]
     assert sorted(s for c in used for s in c["sources"]) == relevant
-    assert all(c["claim"].startswith(f"CLAIM-{c['sources'][0]}") for c in used)
+    assert all(c["claim"].startswith(f"CLAIM-{tag(c['sources'][0])}") for c in used)
     # the claim that cites a passage it was not given is dropped and counted, never shown
     assert r.stats["claims_dropped"] >= 1 and not any("INVENTED" in c["claim"] for c in used)
     reduce = [b for b in llm.requests if asked(b) == "text"]
@@ -263,7 +283,7 @@ def test_claims_that_name_no_passage_leave_the_answer_to_the_relevant_units(tmp_
             return {"claims": [{"claim": "the boats sank", "sources": [], "subquery": 1, "score": 90}]}
         return script(body)
 
-    q, llm = make(tmp_path, script, barren_communities=3)
+    q, llm = make(tmp_path, script)
     llm.responder = respond
     r = run(lazy_search(q, budget=100))
     assert r.stats["claims"] == 0 and r.stats["claims_dropped"] == 1 and r.stats["answered_from"] == "sources"
@@ -288,7 +308,7 @@ def test_claims_that_restate_the_question_or_that_no_passage_says_are_dropped_an
                 {"claim": f"The harbor fishing boats: {text}", "sources": [ref], "subquery": 1, "score": 80}]}
         return script(body)
 
-    q, llm = make(tmp_path, script, barren_communities=3)
+    q, llm = make(tmp_path, script)
     llm.responder = respond
     r = run(lazy_search(q, budget=100))
     kept = [c["claim"] for c in r.stats["claims_used"]]
@@ -298,7 +318,7 @@ def test_claims_that_restate_the_question_or_that_no_passage_says_are_dropped_an
     reduce = next(b for b in llm.requests if asked(b) == "text")
     assert "maritime" not in last_user(reduce) and "?" not in last_user(reduce).split("Question:")[0]
     # with the check off, the ungrounded statement is kept (a question never is)
-    q2, llm2 = make(tmp_path, script, barren_communities=3, claim_grounding=0)
+    q2, llm2 = make(tmp_path, script, claim_grounding=0)
     llm2.responder = respond
     r2 = run(lazy_search(q2, budget=100))
     assert r2.stats["claims_ungrounded"] == batches
@@ -341,7 +361,7 @@ def long_unit(before: int = 30, after: int = 30, middle: str = SINKING) -> str:
 
 
 def sent(llm: ScriptedLLM, kind: str) -> dict[int, str]:
-    """unit id -> the text a call of `kind` (Verdicts or Claims) was given for it."""
+    """unit id -> the text a call of `kind` (Ratings or Claims) was given for it."""
     return {ref: text for b in llm.requests if asked(b) == kind for ref, text in rows_of(b)}
 
 
@@ -351,13 +371,13 @@ def test_a_relevance_test_reads_the_window_that_holds_the_questions_terms(tmp_pa
     text = long_unit()
     assert count_tokens(text) > 800
     script = Script()  # relevant = "fact" in the text it is shown: only if the middle sentence is
-    q, llm = make(tmp_path, script, tables=lazy_tables({**TEXTS, 0: text}), barren_communities=3, snippet_tokens=60)
+    q, llm = make(tmp_path, script, tables=lazy_tables({**TEXTS, 0: text}), snippet_tokens=60)
     r = run(lazy_search(q, budget=100))
-    shown = sent(llm, "Verdicts")[100]
+    shown = sent(llm, "Ratings")[100]
     assert SINKING in shown and not shown.startswith(FILLER.format(0)) and shown.startswith("…")
     assert count_tokens(shown) <= 60 and "\n" not in shown
     assert shown.replace("… ", "").replace(" …", "") in " ".join(text.split())  # consecutive sentences
-    assert sent(llm, "Verdicts")[101] == TEXTS[1]  # a unit within the cap is sent whole
+    assert sent(llm, "Ratings")[101] == TEXTS[1]  # a unit within the cap is sent whole
     tested = {t["unit"]: t for t in r.stats["tested"]}
     assert tested[100]["relevant"] is True and tested[100]["passage_tokens"] == count_tokens(shown)
     assert r.stats["snippet_tokens"] == 60
@@ -370,10 +390,10 @@ def test_claims_read_a_larger_passage_and_still_cite_their_units(tmp_path):
     second = "Later the harbor boats were raised from the storm and fishing resumed."
     text = long_unit(middle=SINKING + " " + " ".join(FILLER.format(100 + i) for i in range(20)) + " " + second)
     script = Script()
-    q, llm = make(tmp_path, script, tables=lazy_tables({**TEXTS, 0: text}), barren_communities=3,
+    q, llm = make(tmp_path, script, tables=lazy_tables({**TEXTS, 0: text}),
                   snippet_tokens=40, claim_tokens=150)
     r = run(lazy_search(q, budget=100))
-    tested, claimed = sent(llm, "Verdicts")[100], sent(llm, "Claims")[100]
+    tested, claimed = sent(llm, "Ratings")[100], sent(llm, "Claims")[100]
     assert count_tokens(tested) <= 40 and 40 < count_tokens(claimed) <= 150
     assert SINKING in claimed and second in claimed and "… " in claimed.strip("… ")  # two windows, a gap
     assert sorted(sent(llm, "Claims")) == [100, 101, 102]  # the relevant units, by their ids
@@ -391,10 +411,10 @@ def test_snippet_tokens_and_claim_tokens_are_respected(tmp_path, cap):
     no_stop = "harbor fishing boats " * 200 + "fact"  # one sentence longer than any cap: cut
     texts = {i: long_unit(10 + i, 40 - i) for i in range(15)} | {3: no_stop}
     script = Script(relevant=lambda text: True)
-    q, llm = make(tmp_path, script, tables=lazy_tables(texts), barren_communities=3, snippet_tokens=cap,
+    q, llm = make(tmp_path, script, tables=lazy_tables(texts), snippet_tokens=cap,
                   claim_tokens=2 * cap)
     r = run(lazy_search(q, budget=100))
-    tests, claims = sent(llm, "Verdicts"), sent(llm, "Claims")
+    tests, claims = sent(llm, "Ratings"), sent(llm, "Claims")
     assert len(tests) == 15 and len(claims) == 15
     assert all(count_tokens(t) <= cap for t in tests.values()), sorted(count_tokens(t) for t in tests.values())
     assert all(count_tokens(t) <= 2 * cap for t in claims.values())
@@ -414,7 +434,7 @@ def test_a_chinese_unit_sends_the_sentence_that_holds_the_questions_characters(t
     script = Script(subqueries=["港口的渔船怎么了"], relevant=lambda text: "沉没" in text)
     q, llm = make(tmp_path, script, question="港口的渔船发生了什么？", tables=lazy_tables(texts), snippet_tokens=50)
     r = run(lazy_search(q, budget=15))
-    shown = sent(llm, "Verdicts")[100]
+    shown = sent(llm, "Ratings")[100]
     assert middle in shown and filler[0] not in shown and count_tokens(shown) <= 50
     assert [t["unit"] for t in r.stats["tested"] if t["relevant"]] == [100]
 
@@ -441,7 +461,7 @@ def test_every_lazy_call_keeps_its_data_within_the_context_budget(tmp_path):
 
     texts = {i: long_unit(10 + i, 40 - i) for i in range(15)}
     script = Script(relevant=lambda text: True)
-    q, llm = make(tmp_path, script, tables=lazy_tables(texts), barren_communities=3, snippet_tokens=120,
+    q, llm = make(tmp_path, script, tables=lazy_tables(texts), snippet_tokens=120,
                   claim_tokens=300, query={"context_tokens": 700})
     assert q.budget == 700
     r = run(lazy_search(q, budget=100))
@@ -460,7 +480,7 @@ def test_an_index_without_community_reports_and_units_without_communities(tmp_pa
     tables = lazy_tables()
     tables["communities"]["text_unit_ids"] = [[] for _ in range(len(tables["communities"]))]
     script = Script(relevant=lambda text: "lighthouse storm" in text)
-    q, _ = make(tmp_path, script, tables=tables, barren_communities=9)
+    q, _ = make(tmp_path, script, tables=tables)
     r = run(lazy_search(q, budget=100))
     assert q.index.reports.empty
     assert [t["community"] for t in r.stats["tested"] if t["relevant"]] == [-1]  # u14, in no community
@@ -491,7 +511,7 @@ def test_a_chinese_question_gets_chinese_prompts(tmp_path):
     q, llm = make(tmp_path, script, question="港口的渔船发生了什么？", tables=lazy_tables(texts))
     r = run(lazy_search(q, budget=10))
     systems = {asked(b): b["messages"][0]["content"] for b in llm.requests}
-    assert "子问题" in systems["Subqueries"] and "段落" in systems["Verdicts"] and "论断" in systems["Claims"]
+    assert "子问题" in systems["Subqueries"] and "段落" in systems["Ratings"] and "论断" in systems["Claims"]
     assert "要点" in last_user(next(b for b in llm.requests if asked(b) == "text"))
     assert "Chinese" in systems["Subqueries"]  # {language}: subqueries are asked for in Chinese
     assert r.stats["subqueries"] == ["港口 渔船", "港口"] and r.citations.get("Sources")
@@ -520,11 +540,11 @@ def test_a_failed_test_call_is_reported_and_the_search_goes_on(tmp_path):
     script = Script()
 
     def respond(body):
-        if asked(body) == "Verdicts" and any(ref == 106 for ref, _ in rows_of(body)):
+        if asked(body) == "Ratings" and any(ref == 106 for ref, _ in rows_of(body)):
             return httpx.Response(400, json={"error": {"message": "bad request", "type": "invalid_request_error"}})
         return script(body)
 
-    settings_q, llm = make(tmp_path, script, barren_communities=1)
+    settings_q, llm = make(tmp_path, script)
     llm.responder = respond
     r = run(lazy_search(settings_q, budget=100))
     assert any(f.startswith("relevance of units") for f in r.failures)
@@ -621,4 +641,119 @@ def test_the_embedding_tester_keeps_what_stands_out_not_half_of_a_compressed_cor
     verdicts = run(embedding_tester(q, None, ranking, [(None, list(range(500)))], []))
     relevant = {r for r, (ok, _) in verdicts.items() if ok}
     assert {7, 42} <= relevant and len(relevant) <= 25  # z >= 2: about the top 2%, not the crowd
-    assert verdicts[7][1] == [1]
+    assert verdicts[7] == (True, 3) and verdicts[0] == (False, 0)
+
+
+# -- what the budget buys: refinement, ratings, claims that scale --------------------------------
+def two_hop_tables() -> dict[str, pd.DataFrame]:
+    """A film's unit names its director; the director's own unit names her father, and shares no
+    word with the question. Concepts: the film and the director (in both units)."""
+    texts = {0: "Palo Verde is a 2013 film directed by Gia Marlow fact",
+             1: "Gia Marlow is the daughter of Tom Marlow fact",
+             # they share more words with the second subquery than the director's unit does, and
+             # one with the first subquery, which the director's unit shares none with
+             **{i: f"the father of a student number{chr(97 + i)} saw a film" for i in range(2, 12)}}
+    tables = lazy_tables({i: texts[i] for i in range(12)})
+    tables["entities"] = pd.DataFrame([
+        {"id": "e0", "human_readable_id": 0, "title": "Palo Verde", "type": "concept", "description": "",
+         "text_unit_ids": ["u0"], "frequency": 1, "degree": 1},
+        {"id": "e1", "human_readable_id": 1, "title": "Gia Marlow", "type": "concept", "description": "",
+         "text_unit_ids": ["u0", "u1"], "frequency": 2, "degree": 1}])
+    tables["communities"] = pd.DataFrame([{"id": "c0", "human_readable_id": 0, "community": 0, "level": 0,
+                                           "parent": -1, "children": [], "title": "all", "entity_ids": ["e0", "e1"],
+                                           "relationship_ids": [], "text_unit_ids": [f"u{i}" for i in range(12)],
+                                           "period": "", "size": 2}])
+    return tables
+
+
+def test_a_subquery_that_found_nothing_is_refined_with_the_concepts_of_what_others_found(tmp_path, monkeypatch):
+    import importlib
+
+    lazy = importlib.import_module("sensegraph.query.lazy_search")
+    monkeypatch.setattr(lazy, "MAX_BATCH", 2)
+    subqueries = ["film Palo Verde directed", "father of the director"]
+    results = {}
+    for refine in (0, 3):
+        script = Script(subqueries=subqueries)
+        q, _ = make(tmp_path, script, question="Who is the father of the director of Palo Verde?",
+                    tables=two_hop_tables(), units_per_community=1, refine_concepts=refine)
+        r = run(lazy_search(q, budget=4))
+        results[refine] = r
+    # without refinement the second subquery's words match no unit better than the filler does
+    assert 101 not in [t["unit"] for t in results[0].stats["tested"]]
+    refined = results[3]
+    assert refined.stats["refined"] == {2: ["Gia Marlow"]}
+    assert {101, 100} <= {t["unit"] for t in refined.stats["tested"] if t["relevant"]}
+
+
+def test_ratings_outside_0_to_3_are_clamped_and_the_threshold_decides(tmp_path):
+    script = Script()
+
+    def respond(body):
+        if asked(body) == "Ratings":  # a server that ignores the prompt's scale
+            return {"ratings": [{"id": ref, "score": 7 if "fact" in text else (-2 if "school" in text else 1)}
+                                for ref, text in rows_of(body)]}
+        return script(body)
+
+    lenient = {100 + u for u, text in TEXTS.items() if "fact" in text or "school" not in text}
+    for threshold, expect in ((2, {100, 101, 102}), (1, lenient)):
+        q, llm = make(tmp_path, script, relevance_threshold=threshold)
+        llm.responder = respond
+        r = run(lazy_search(q, budget=len(TEXTS)))
+        assert {t["unit"] for t in r.stats["tested"] if t["relevant"]} == expect
+        assert {t["score"] for t in r.stats["tested"]} <= {0, 1, 3}
+
+
+def test_a_claim_call_may_give_claims_in_proportion_to_its_units(tmp_path):
+    # At most 10 claims per call of ~25 units: 29 relevant units gave 6 claims, 93 gave 26.
+    texts = {i: f"harbor fishing boats fact number{chr(97 + i)} storm" for i in range(15)}
+    script = Script()
+    q, llm = make(tmp_path, script, tables=lazy_tables(texts), claims_per_unit=2)
+    run(lazy_search(q, budget=15))
+    calls = [b for b in llm.requests if asked(b) == "Claims"]
+    for body in calls:
+        n = len(rows_of(body))
+        schema = body["response_format"]["json_schema"]["schema"]
+        assert schema["properties"]["claims"]["maxItems"] == 2 * n
+        assert f"at most {2 * n} claims" in body["messages"][0]["content"]
+    assert sum(len(rows_of(b)) for b in calls) == 15
+
+
+def test_claim_batches_keep_a_communitys_units_together(tmp_path):
+    from sensegraph.query.lazy_search import Plan, Search, Test, claim_batches, rank_units
+
+    long = " ".join(["harbor fishing boats fact"] * 30)
+    q, _ = make(tmp_path, Script(), tables=lazy_tables({**TEXTS, **{i: long + f" {i}" for i in TEXTS}}),
+                query={"context_tokens": 600}, claim_tokens=120)
+    plan = Plan(SUBQUERIES)
+    ranking = run(rank_units(q, plan))
+    # communities 7 (3 units), 8 (2 units), 9 (3 units): a batch holds about 4 units
+    groups = {0: 7, 1: 7, 2: 7, 3: 8, 4: 8, 5: 9, 6: 9, 7: 9}
+    search = Search(tests={r: Test(r, c, 0, True, [1], n, 3) for n, (r, c) in enumerate(groups.items())})
+    batches, community_of = claim_batches(q, plan, search, ranking)
+    for b in batches:
+        refs = [rec["ref"] for rec in b.records]
+        owners = [community_of[ref] for ref in refs]
+        assert len(set(owners)) == len(owners) or owners == sorted(owners, key=owners.index)
+    seen = [community_of[rec["ref"]] for b in batches for rec in b.records]
+    # no community is split over two batches when it fits in one
+    for c in (7, 8, 9):
+        holding = [i for i, b in enumerate(batches) if any(community_of[rec["ref"]] == c for rec in b.records)]
+        assert len(holding) == 1, (c, holding)
+    assert sorted(seen) == sorted(groups.values())
+
+
+@pytest.mark.parametrize("claim,verdict", [
+    ("Gia Marlow was born in 1987.", ""),
+    ("Gia Marlow was born in 1978.", "number"),
+    ("Gia Marlow did not direct Palo Verde.", "negation"),
+    ("Tom Marlow never married.", ""),            # the passage's own negation
+    ("Tom Marlow married Ann Lee.", "negation"),   # ... denied by the claim's matching sentence
+    ("孙悟空没有拜师。", "negation"),
+])
+def test_a_claim_that_contradicts_its_passage_is_caught(claim, verdict):
+    from sensegraph.query.lazy_search import contradicted
+
+    passage = ("Gia Marlow was born in 1987. Gia Marlow directed Palo Verde in 2013. Tom Marlow never married "
+               "Ann Lee. 孙悟空拜菩提祖师为师。")
+    assert contradicted(claim, passage) == verdict

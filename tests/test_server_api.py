@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -256,7 +257,9 @@ def test_a_question_without_a_method_gets_the_lazy_index_default(lazy_client, ll
     assert events[0] == ("start", {"method": default, "level": None}) and events[-1][0] == "result", events[-1]
     result = events[-1][1]
     assert result["method"] == default
-    assert "".join(d["text"] for k, d in events if k == "token") == result["answer"]
+    # the streamed text is the answer; an id the method did not give the model is removed at the end
+    streamed = "".join(d["text"] for k, d in events if k == "token")
+    assert re.sub(r"\s*\[Data:[^\]]*\]", "", streamed) == re.sub(r"\s*\[Data:[^\]]*\]", "", result["answer"])
     # whatever the method put in its context and the answer cites resolves to a text unit
     for ref in result["citations"].get("Sources", []):
         assert lazy_client.get(f"/api/text_units/{ref}").status_code == 200

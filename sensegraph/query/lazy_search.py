@@ -12,63 +12,69 @@ the steps below follow its outline and the details are choices made here:
    any level) is ranked by its best unit (then by the mean of its top units). The units of a
    community are its `text_unit_ids`, or, where an index leaves those empty, the text units of
    its entities; units in no community form one extra root community (number -1).
-3. Test, breadth-first per level and best-first within it (the blog's iterative deepening):
-   the root communities are visited in rank order and the `lazy.units_per_community` best
-   untested units of each are tested. A level ends when `lazy.barren_communities` communities
-   in a row yield no relevant unit (or its communities run out); the next level is the
-   sub-communities of the communities that yielded relevant units, ranked again (a relevant
-   community without sub-communities comes back as itself, to test its next-best units). The
-   search ends when the budget of unit tests is spent or no relevant community is left. The
-   budget counts units, never calls, and is never exceeded. Up to `barren_communities - run`
-   communities are tested at once, which keeps the result that of one-at-a-time visits while
-   the chat tester packs their units into few calls.
-   Testers: `chat` asks the chat model yes/no per unit (+ the subqueries it bears on), several
-   units per call (prompt `lazy_relevance`), each unit shown as its best passage: the window of
-   consecutive sentences, up to `lazy.snippet_tokens`, that best matches the question, the
-   expansion and the subqueries (BM25 over the index's units, no model: query/passages.py), so a
-   test costs a tenth of a 1,200-token unit; `embedding` makes no call: a unit is relevant when
-   its similarity to some subquery is within `lazy.embedding_margin` of that subquery's best
-   unit in the index (or at least `lazy.embedding_threshold`, when set). `auto` picks chat for
-   a hosted model and embedding for the embedded one, whose 2-core speed cannot afford a call
-   per few units. Which tester answers better is for bench/ to measure.
+3. Test under the budget, which is spent: each subquery gets an equal share of `budget` unit
+   tests and spends it best-first over the communities (the blog's iterative deepening). A
+   subquery visits the community whose best untested unit is nearest to it, first among those
+   that earned it (a community that yielded relevant units, or a sub-community of one), then
+   among those not visited yet, then among those visited in vain (their next units wait until
+   nothing better is left), and tests its `lazy.units_per_community` best untested units. A
+   relevant community's sub-communities are visited next; a relevant leaf comes back for its
+   next units. Visits of every subquery are tested together in waves of up to MAX_BATCH units
+   (one call each), a community visited once per wave by a subquery. The search ends when the
+   budget is spent or every unit was tested: a visit in vain never ends it, so a larger budget
+   always sees more of the corpus. The budget counts units, never calls, and is never exceeded.
+   After each wave, a subquery that has found nothing while others have is refined: embedded
+   again with the concepts of the units found relevant (`lazy.refine_concepts` of them, ranked
+   by their NPMI with the concepts the question names, then by rarity), which is how the second
+   hop of "the father of the director of film X" is found once the director is.
+   Testers: `chat` (the default, for every model) asks the chat model to rate each unit 0-3
+   (prompt `lazy_relevance`; `lazy.relevance_threshold` and up is relevant), up to MAX_BATCH
+   units per call, each shown as its best passage: the window of consecutive sentences, up to
+   `lazy.snippet_tokens`, that best matches the question, the expansion and the subqueries
+   (BM25 over the index's units, no model: query/passages.py), so a test costs a tenth of a
+   1,200-token unit; `embedding` makes no call: a unit is relevant when its similarity to some
+   subquery stands out from the corpus's. The embedding score only orders the tests.
 4. Claims: the relevant units, grouped by the community they were found in (groups with more
-   relevant units first), each cut to its best windows grown into their neighbours (up to
-   `lazy.claim_tokens`: the tested window and the unit's other matches, with the context around
-   them), are packed into token-bounded batches; one call per batch (prompt
-   `lazy_claims`) extracts claims, each with the `human_readable_id` of the units it rests on
-   (a claim citing no unit of its batch is dropped and counted). Claims are ranked round-robin
-   over the groups (each group's best claim first), so a broad question hears from every
-   relevant community, packed under `settings.query_context_tokens()` and reduced into the
-   answer with global search's reduce prompt (`query_reduce`); citations are `Sources` ids
-   checked like every method's. The answer addresses the user's question, not the expanded
-   query (the blog answers the expanded one): a small model's rewrite can drift.
-Not done: the blog also refines subqueries with matching concepts of the concept graph; that
-changes nothing measurable here yet and is left out.
+   relevant units first; a group is never split across calls unless it alone is larger than
+   one), each cut to its best windows grown into their neighbours (up to `lazy.claim_tokens`),
+   are packed into token-bounded batches; one call per batch (prompt `lazy_claims`) extracts up
+   to `lazy.claims_per_unit` claims per unit it reads, each with the `human_readable_id` of the
+   units it rests on (a claim citing no unit of its batch is dropped and counted). A claim must
+   share `lazy.claim_grounding` of its terms with its passages and contradict none of them (a
+   number they do not hold, or a negation their matching sentence lacks, or the reverse:
+   `contradicted`); repeats are merged. Claims are ranked round-robin over the groups (each
+   group's best claim first), so a broad question hears from every relevant community, packed
+   under `settings.query_context_tokens()` and reduced into the answer with global search's
+   reduce prompt (`query_reduce`); citations are `Sources` ids checked like every method's. The
+   answer addresses the user's question, not the expanded query (the blog answers the expanded
+   one): a small model's rewrite can drift.
 """
 from __future__ import annotations
 
+import functools
 import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from ..config import Settings
 from ..llm.client import LLMError
 from ..tokens import count_tokens, truncate
 from .answer import Query, QueryResult, each_batch, final_answer, no_answer, result
 from .citations import MAX_IDS, normalise
-from .context import Context, Section, chunks, pack
+from .context import Context, Section, chunks, header, pack, row_values
 from .data import list_ids
-from .passages import passage, terms, vocabulary
+from .passages import passage, sentences, terms, vocabulary
 
 MAX_SUBQUERIES = 8  # LazySettings.subqueries allows at most this many
 MAX_BATCH = 24  # units per relevance-test call: the verdict list's maxItems
-MAX_CLAIMS = 10
 MAX_SOURCES = 5
+CLAIM_TOKENS = 70  # generated tokens one claim with its fields takes, about
 ORPHANS = -1  # the community number of the units no community holds
 
 
@@ -77,14 +83,13 @@ class Subqueries(BaseModel):
     expanded_query: str
 
 
-class Verdict(BaseModel):
+class Rating(BaseModel):
     id: int
-    relevant: bool
-    subqueries: list[int] = Field(max_length=MAX_SUBQUERIES)
+    score: int  # 0-3 (clamped on read): 2 and up is relevant by default (lazy.relevance_threshold)
 
 
-class Verdicts(BaseModel):
-    verdicts: list[Verdict] = Field(max_length=MAX_BATCH)
+class Ratings(BaseModel):
+    ratings: list[Rating] = Field(max_length=MAX_BATCH)
 
 
 class Claim(BaseModel):
@@ -95,7 +100,14 @@ class Claim(BaseModel):
 
 
 class Claims(BaseModel):
-    claims: list[Claim] = Field(max_length=MAX_CLAIMS)
+    claims: list[Claim]
+
+
+@functools.lru_cache(maxsize=64)
+def claims_schema(most: int) -> type[BaseModel]:
+    """The claims answer for a batch that may give `most` claims (its maxItems): the cap scales
+    with the batch's units (lazy.claims_per_unit each) instead of one fixed number per call."""
+    return create_model("Claims", claims=(list[Claim], Field(max_length=most)), __base__=Claims)
 
 
 # -- 1. subqueries -------------------------------------------------------------------------------
@@ -226,46 +238,50 @@ class Test:
     community: int
     level: int
     relevant: bool | None  # None: the test call failed after retries
-    subqueries: list[int]
+    subqueries: list[int]  # the subquery the unit was chosen for (1-based), when relevant
     order: int
+    score: int = 0  # the tester's 0-3
 
 
 Wave = list[tuple[Node, list[int]]]
-Tester = Callable[[Query, Plan, Ranking, Wave, list[str]], Awaitable[dict[int, tuple[bool | None, list[int]]]]]
+# A tester gives each tested row (relevant, score 0-3); a row it gave no verdict on is missing.
+Verdict = tuple[bool | None, int]
+Tester = Callable[[Query, Plan, Ranking, Wave, list[str]], Awaitable[dict[int, Verdict]]]
 
 
 def tester_name(settings: Settings) -> str:
-    """The tester `lazy.tester` names; auto = chat for a hosted model, embedding for the embedded one."""
+    """The tester `lazy.tester` names; auto = the chat model, whichever it is (docs/performance.md
+    has the measurement that chose it)."""
     chosen = settings.lazy.tester
-    if chosen == "auto":
-        return "embedding" if settings.chat.provider == "local" else "chat"
-    return chosen
+    return "chat" if chosen == "auto" else chosen
 
 
 async def embedding_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
-                           failures: list[str]) -> dict[int, tuple[bool | None, list[int]]]:
-    """No LLM call: relevant to subquery j when the unit's similarity to j stands out from the
+                           failures: list[str]) -> dict[int, Verdict]:
+    """No LLM call: relevant when the unit's similarity to some subquery stands out from the
     corpus's (lazy.embedding_z standard deviations above the mean over every unit), is within
-    lazy.embedding_margin of j's best unit, or reaches lazy.embedding_threshold."""
+    lazy.embedding_margin of that subquery's best unit, or reaches lazy.embedding_threshold."""
     s = q.settings.lazy
     sims = ranking.per_subquery
     best = sims.max(axis=0) if len(sims) else np.zeros(0)
     cut = sims.mean(axis=0) + s.embedding_z * sims.std(axis=0) if len(sims) else np.zeros(0)
-    out: dict[int, tuple[bool | None, list[int]]] = {}
+    out: dict[int, Verdict] = {}
     for _, rows in wave:
         for r in rows:
-            near = [j + 1 for j in range(sims.shape[1])
-                    if sims[r, j] >= best[j] - s.embedding_margin
-                    or (s.embedding_z > 0 and sims[r, j] >= cut[j])
-                    or (s.embedding_threshold > 0 and sims[r, j] >= s.embedding_threshold)]
-            out[r] = (bool(near), near)
+            near = any(sims[r, j] >= best[j] - s.embedding_margin
+                       or (s.embedding_z > 0 and sims[r, j] >= cut[j])
+                       or (s.embedding_threshold > 0 and sims[r, j] >= s.embedding_threshold)
+                       for j in range(sims.shape[1]))
+            out[r] = (near, 3 if near else 0)
     return out
 
 
 async def chat_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
-                      failures: list[str]) -> dict[int, tuple[bool | None, list[int]]]:
-    """The chat model's yes/no per unit, read through its best passage (lazy.snippet_tokens);
-    the wave's units packed into as few calls as fit."""
+                      failures: list[str]) -> dict[int, Verdict]:
+    """The chat model's 0-3 per unit, read through its best passage (lazy.snippet_tokens); the
+    wave's units packed into as few calls as fit (at most MAX_BATCH each). The answer is a short
+    list of {id, score}: a verdict costs a few generated tokens, so a call of 24 units is mostly
+    its prompt, which a small local model reads several times faster than it writes."""
     units = q.index.text_units
     rows = [r for _, part in wave for r in part]
     shown = passage_rows(q, plan, rows, q.settings.lazy.snippet_tokens)
@@ -275,31 +291,31 @@ async def chat_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
     for section in chunks("Sources", shown, _batch_budget(q, plan)):
         part = rows[start:start + len(section)]
         start += len(section)
-        for i in range(0, len(part), MAX_BATCH):  # the verdict list holds at most MAX_BATCH
+        for i in range(0, len(part), MAX_BATCH):  # the rating list holds at most MAX_BATCH
             sub = Section("Sources", section.lines[i:i + MAX_BATCH], section.records[i:i + MAX_BATCH])
             batches.append((sub, part[i:i + MAX_BATCH]))
-    n_subs = len(plan.subqueries)
+    threshold = q.settings.lazy.relevance_threshold
 
-    async def one(section: Section, part: list[int]) -> dict[int, tuple[bool | None, list[int]]]:
+    async def one(section: Section, part: list[int]) -> dict[int, Verdict]:
         messages = q.render("lazy_relevance", subqueries=plan.numbered(), context=section.text())
         refs = [int(units.iloc[r]["human_readable_id"]) for r in part]
-        reply = await q.llm.structured(messages, Verdicts, step="relevance",
+        reply = await q.llm.structured(messages, Ratings, step="relevance",
                                        item=f"relevance of units {_span(refs)}",
-                                       max_tokens=min(q.settings.lazy.test_max_tokens, 40 + 30 * len(part)))
+                                       max_tokens=min(q.settings.lazy.test_max_tokens, 40 + 14 * len(part)))
         row_of = dict(zip(refs, part))
-        got: dict[int, tuple[bool | None, list[int]]] = {}
-        for v in reply.verdicts:
-            if v.id in row_of and row_of[v.id] not in got:  # the first verdict on a unit counts
-                subs = [j for j in dict.fromkeys(v.subqueries) if 1 <= j <= n_subs]
-                got[row_of[v.id]] = (bool(v.relevant), subs if v.relevant else [])
+        got: dict[int, Verdict] = {}
+        for rating in reply.ratings:
+            if rating.id in row_of and row_of[rating.id] not in got:  # the first rating of a unit counts
+                score = max(0, min(3, int(rating.score)))
+                got[row_of[rating.id]] = (score >= threshold, score)
         return got
 
-    out: dict[int, tuple[bool | None, list[int]]] = {}
+    out: dict[int, Verdict] = {}
     for (_, part), outcome in zip(batches, await each_batch(one(s, p) for s, p in batches)):
         if outcome is None:
             refs = [int(units.iloc[r]["human_readable_id"]) for r in part]
             failures.append(f"relevance of units {_span(refs)}")
-            out.update({r: (None, []) for r in part})
+            out.update({r: (None, 0) for r in part})
         else:
             out.update(outcome)  # a unit the model gave no verdict on stays out: see relevance_search
     return out
@@ -321,8 +337,11 @@ TESTERS: dict[str, Tester] = {"chat": chat_tester, "embedding": embedding_tester
 class Search:
     tests: dict[int, Test] = field(default_factory=dict)  # row -> its test, in test order
     visits: list[dict[str, Any]] = field(default_factory=list)
-    stopped: str = "no relevant community left"
+    stopped: str = "every unit tested"
     no_verdict: int = 0
+    budgets: list[int] = field(default_factory=list)   # per subquery
+    spent: list[int] = field(default_factory=list)     # tests made for each subquery
+    refined: dict[int, list[str]] = field(default_factory=dict)  # subquery -> concepts added
 
     @property
     def used(self) -> int:
@@ -332,61 +351,244 @@ class Search:
         return [t for t in self.tests.values() if t.relevant]
 
 
+# The order in which the search visits communities, per subquery (best-first within a tier):
+DEEPEN = 2     # a community that yielded relevant units, or a sub-community of one
+UNVISITED = 1  # not visited yet
+BARREN = 0     # visited, nothing relevant found: its next units wait until nothing better is left
+
+
+@dataclass
+class _Frontier:
+    """The communities one subquery may visit next, each with its tier (above); a community's
+    priority is its tier, then the similarity of its best untested unit to the subquery."""
+
+    column: int                      # the subquery's column of Ranking.per_subquery
+    tier: dict[int, int] = field(default_factory=dict)
+    # per community: its units by similarity to the subquery, and how many of them are behind
+    # (tested or taken): a visit reads on from there instead of sorting again
+    _order: dict[int, list[int]] = field(default_factory=dict)
+    _next: dict[int, int] = field(default_factory=dict)
+
+    def resort(self) -> None:
+        """Forget the orders: the subquery's similarities changed."""
+        self._order.clear()
+        self._next.clear()
+
+    def _untested(self, n: int, nodes: dict[int, Node], sims: np.ndarray, done: Callable[[int], bool]) -> list[int]:
+        order = self._order.get(n)
+        if order is None:
+            order = self._order[n] = sorted(nodes[n].units, key=lambda r: (-float(sims[r, self.column]), r))
+        i = self._next.get(n, 0)
+        while i < len(order) and done(order[i]):
+            i += 1
+        self._next[n] = i
+        return order[i:]
+
+    def best(self, nodes: dict[int, Node], sims: np.ndarray, tested: dict[int, Test],
+             taken: set[int], skip: set[int]) -> tuple[int, list[int]] | None:
+        """The community to visit next (not one of `skip`) and its untested units best first, or None."""
+        def done(r: int) -> bool:
+            return r in tested or r in taken
+
+        choice, key = None, None
+        for n, tier in self.tier.items():
+            if n in skip:
+                continue
+            rows = self._untested(n, nodes, sims, done)
+            if not rows:
+                continue
+            k = (tier, float(sims[rows[0], self.column]), -n)
+            if key is None or k > key:
+                choice, key = n, k
+        if choice is None:
+            return None
+        return choice, [r for r in self._untested(choice, nodes, sims, done) if not done(r)]
+
+
+def _split(budget: int, parts: int) -> list[int]:
+    """`budget` in `parts` shares that differ by at most one (the first ones larger)."""
+    return [budget // parts + (1 if i < budget % parts else 0) for i in range(parts)]
+
+
 async def relevance_search(q: Query, plan: Plan, ranking: Ranking, nodes: dict[int, Node], roots: list[int],
-                           budget: int, tester: Tester, failures: list[str]) -> Search:
-    """Test units under `budget` (a count of units), breadth-first per level, deepening into
-    the communities that yielded relevant units (see the module docstring)."""
-    s = q.settings.lazy
-    k, z = s.units_per_community, s.barren_communities
-    search = Search()
-    frontier = ranked([nodes[n] for n in roots])
-    while frontier and search.used < budget:
-        found: list[Node] = []
-        barren = 0
-        i = 0
-        while i < len(frontier) and search.used < budget and barren < z:
-            # The next communities with untested units, as many as could all be barren before
-            # the level ends: testing them together gives what one-at-a-time visits would.
-            wave: Wave = []
-            taken: set[int] = set()
-            while i < len(frontier) and len(wave) < z - barren and search.used + len(taken) < budget:
-                node = frontier[i]
-                i += 1
-                room = budget - search.used - len(taken)
-                rows = [r for r in node.units if r not in search.tests and r not in taken][:min(k, room)]
-                if rows:  # a community whose units were all tested has nothing new to say
-                    wave.append((node, rows))
-                    taken.update(rows)
-            if not wave:
+                           budget: int, tester: Tester, failures: list[str],
+                           refine: Callable[[Search], Awaitable[bool]] | None = None) -> Search:
+    """Test units under `budget` (a count of units; see the module docstring): each subquery
+    spends its share, best-first over the communities, deepening into those that yield relevant
+    units, until the share is spent or every unit was tested (every subquery can reach every
+    unit from the roots, so no share goes unused while units are left). After each wave
+    `refine` may change the subqueries' similarities (it returns whether it did)."""
+    k = q.settings.lazy.units_per_community
+    n_subs = max(1, ranking.per_subquery.shape[1])
+    sims = ranking.per_subquery if ranking.per_subquery.shape[1] else ranking.score[:, None]
+    search = Search(budgets=_split(budget, n_subs), spent=[0] * n_subs)
+    frontiers = [_Frontier(j, {n: UNVISITED for n in roots}) for j in range(n_subs)]
+    while search.used < budget:
+        # One wave: the subqueries with budget left visit their best community in turn until a
+        # call's worth of units is chosen; the wave is tested at once.
+        wave: Wave = []
+        chooser: list[int] = []  # the subquery each visit of the wave is for
+        taken: set[int] = set()
+        share = {j: search.budgets[j] - search.spent[j] for j in range(n_subs)}
+        # a community is visited once per wave by a subquery: what its test says decides the next
+        visited: list[set[int]] = [set() for _ in range(n_subs)]
+        while len(taken) < MAX_BATCH:
+            progressed = False
+            for j in range(n_subs):
+                room = min(k, share[j], MAX_BATCH - len(taken))
+                if room <= 0:
+                    continue
+                pick = frontiers[j].best(nodes, sims, search.tests, taken, visited[j])
+                if pick is None:
+                    continue
+                n, rows = pick
+                visited[j].add(n)
+                wave.append((nodes[n], rows[:room]))
+                chooser.append(j)
+                taken.update(rows[:room])
+                share[j] -= len(rows[:room])
+                progressed = True
+            if not progressed:
                 break
-            verdicts = await tester(q, plan, ranking, wave, failures)
-            for node, rows in wave:
-                hits = 0
-                for r in rows:
-                    if r not in verdicts:
-                        # Tested (the budget is spent) but the model skipped it: not relevant,
-                        # and counted apart, so a model that skips units shows in the stats.
-                        search.no_verdict += 1
-                    relevant, subs = verdicts.get(r, (False, []))
-                    search.tests[r] = Test(r, node.number, node.level, relevant, subs, len(search.tests))
-                    hits += bool(relevant)
-                search.visits.append({"community": node.number, "level": node.level, "tested": len(rows),
-                                      "relevant": hits})
-                if hits:
-                    found.append(node)
-                    barren = 0
-                else:
-                    barren += 1
-        if search.used >= budget:
-            search.stopped = "budget spent"
-            break
-        deeper: dict[int, Node] = {}
-        for node in found:
-            kids = [nodes[c] for c in node.children if c in nodes]
-            for kid in kids or [node]:  # a relevant leaf: its next-best units
-                deeper.setdefault(kid.number, kid)
-        frontier = ranked(list(deeper.values()))
+        if not wave:
+            break  # every unit tested
+        verdicts = await tester(q, plan, ranking, wave, failures)
+        for (node, rows), j in zip(wave, chooser):
+            hits = 0
+            for r in rows:
+                if r not in verdicts:
+                    # Tested (the budget is spent) but the model skipped it: not relevant,
+                    # and counted apart, so a model that skips units shows in the stats.
+                    search.no_verdict += 1
+                relevant, score = verdicts.get(r, (False, 0))
+                search.tests[r] = Test(r, node.number, node.level, relevant, [j + 1] if relevant else [],
+                                       len(search.tests), score)
+                hits += bool(relevant)
+            search.spent[j] += len(rows)
+            search.visits.append({"community": node.number, "level": node.level, "tested": len(rows),
+                                  "relevant": hits, "subquery": j + 1})
+            tier = frontiers[j].tier
+            if hits:
+                # deepen: the sub-communities of a relevant community, or a relevant leaf's next units
+                kids = [c for c in node.children if c in nodes]
+                for c in kids:
+                    tier[c] = DEEPEN
+                tier[node.number] = BARREN if kids else DEEPEN
+            else:
+                tier[node.number] = BARREN
+        if refine is not None and await refine(search):
+            sims = ranking.per_subquery
+            for frontier in frontiers:
+                frontier.resort()
+    search.stopped = "budget spent" if search.used >= budget else "every unit tested"
     return search
+
+
+# -- 3b. subqueries refined with the concepts of what was found ---------------------------------
+@dataclass
+class Concepts:
+    """The index's concepts (entities) per text-unit row, and how each pairs with others."""
+
+    of_unit: dict[int, list[int]]   # unit row -> entity rows
+    titles: list[str]
+    frequency: list[int]
+    npmi: dict[tuple[int, int], float]  # entity row pair (low, high) -> NPMI (or 0 without the column)
+
+
+def concepts_of(index) -> Concepts:
+    """Built once per index and kept on it (as the vocabulary is)."""
+    key = "_lazy_concepts"
+    if key in index.__dict__:
+        return index.__dict__[key]
+    units = index.text_units
+    entities = index.tables.get("entities")
+    row_of = {uid: i for i, uid in enumerate(units["id"].tolist())}
+    of_unit: dict[int, list[int]] = {}
+    titles: list[str] = []
+    frequency: list[int] = []
+    npmi: dict[tuple[int, int], float] = {}
+    if entities is not None and not entities.empty:
+        titles = [str(t) for t in entities["title"].tolist()]
+        for e, ids in enumerate(entities["text_unit_ids"].tolist()):
+            rows = [row_of[u] for u in list_ids(ids) if u in row_of]
+            frequency.append(len(rows))
+            for r in rows:
+                of_unit.setdefault(r, []).append(e)
+        rels = index.tables.get("relationships")
+        if rels is not None and not rels.empty:
+            e_of = {t: i for i, t in enumerate(titles)}
+            values = rels["npmi"].tolist() if "npmi" in rels else [0.0] * len(rels)
+            for a, b, v in zip(rels["source"].tolist(), rels["target"].tolist(), values):
+                if a in e_of and b in e_of:
+                    pair = tuple(sorted((e_of[a], e_of[b])))
+                    npmi[pair] = max(npmi.get(pair, -1.0), float(v) if v == v else 0.0)  # type: ignore[index]
+    index.__dict__[key] = Concepts(of_unit, titles, frequency, npmi)
+    return index.__dict__[key]
+
+
+def refinement(q: Query, plan: Plan, search: Search, j: int, most: int) -> list[str]:
+    """Concepts to add to subquery j: those of the units found relevant so far that neither the
+    question nor the subquery names, ranked by how strongly they co-occur with the concepts the
+    question names (NPMI of the concept graph), then by rarity. "Who is the father of the
+    director?" refined with "Gia Coppola", found in the film's passage, finds her own."""
+    concepts = concepts_of(q.index)
+    relevant = [t.row for t in search.relevant()]
+    if not relevant or not concepts.titles:
+        return []
+    said = (q.question + " " + plan.subqueries[j] + " " + plan.expanded).casefold()
+    asked = {i for i, t in enumerate(concepts.titles) if t.casefold() in said}
+    seen: dict[int, int] = {}
+    for r in relevant:
+        for e in concepts.of_unit.get(r, []):
+            if e not in asked and concepts.titles[e].casefold() not in said:
+                seen[e] = seen.get(e, 0) + 1
+
+    def strength(e: int) -> float:
+        return max((concepts.npmi.get((min(e, a), max(e, a)), 0.0) for a in asked), default=0.0)
+
+    ranked_concepts = sorted(seen, key=lambda e: (-strength(e), -seen[e], concepts.frequency[e], concepts.titles[e]))
+    return [concepts.titles[e] for e in ranked_concepts[:most]]
+
+
+def refiner(q: Query, plan: Plan, ranking: Ranking) -> Callable[[Search], Awaitable[bool]]:
+    """After a wave: each subquery that has found nothing relevant yet, while others have, is
+    embedded again with the concepts of what they found (lazy.refine_concepts of them), once per
+    growth of what was found; its column of the ranking changes, so its next visits change."""
+    most = q.settings.lazy.refine_concepts
+    used: dict[int, int] = {}  # subquery -> relevant units it was last refined with
+
+    async def refine(search: Search) -> bool:
+        if most <= 0:
+            return False
+        found = len(search.relevant())
+        texts, columns = [], []
+        for j in range(len(plan.subqueries)):
+            if any(t.subqueries == [j + 1] for t in search.relevant()) or used.get(j, 0) >= found:
+                continue
+            added = refinement(q, plan, search, j, most)
+            used[j] = found
+            if added and added != search.refined.get(j + 1):
+                search.refined[j + 1] = added
+                texts.append(f"{plan.subqueries[j]} ({', '.join(added)})")
+                columns.append(j)
+        if not texts:
+            return False
+        vectors = await q.index.vectors("text_units", q.embedder, q.log)
+        queries = np.asarray(await q.embedder.embed(texts, kind="query", step="embed"), dtype=np.float32)
+        row_of = {uid: i for i, uid in enumerate(q.index.text_units["id"].tolist())}
+        rows = [(row_of[uid], n) for n, uid in enumerate(vectors.ids) if uid in row_of]
+        if not rows:
+            return False
+        targets, sources = zip(*rows)
+        for column, vector in zip(columns, queries):
+            # the refined text holds the subquery itself: its similarities replace the old ones
+            sims = np.full(len(row_of), -1.0, dtype=np.float32)
+            sims[list(targets)] = vectors.vectors[list(sources)] @ vector
+            ranking.per_subquery[:, column] = sims
+        ranking.score = np.maximum(ranking.score, ranking.per_subquery.max(axis=1))
+        return True
+
+    return refine
 
 
 # -- 4. claims and the answer --------------------------------------------------------------------
@@ -415,28 +617,75 @@ def grounded(claim: str, cited: str, share: float) -> bool:
     return len(words & set(terms(cited))) >= share * len(words)
 
 
-async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
-                         failures: list[str]) -> tuple[list[Found], list[Section], dict[str, int]]:
-    """Claims from the relevant units, grouped by the community they were found in, each unit
-    read through its best passages (lazy.claim_tokens, in windows of lazy.snippet_tokens)."""
+_NEGATION = re.compile(r"\b(?:not|no|never|none|neither|nor|without|cannot)\b|n[’']t\b|[不没未无非否别]", re.IGNORECASE)
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def contradicted(claim: str, cited: str) -> str:
+    """Why a claim says other than its passages, or "" (no model; the rule bench/lazy_budget.py
+    measures): a number the passages do not hold ("born in 1932" from "born in 1923"), or a
+    negation the passages' matching sentence lacks, or the reverse ("was not married" from a
+    sentence saying she married him). The matching sentence is the cited sentence sharing the
+    most terms with the claim; a negation elsewhere in the passages does not count."""
+    numbers = {n.replace(",", "") for n in _NUMBER.findall(cited)}
+    if any(n.replace(",", "") not in numbers for n in _NUMBER.findall(claim)):
+        return "number"
+    words = set(terms(claim))
+    best, overlap = "", 0
+    for sentence in sentences(cited, 10_000):
+        shared = len(words & set(terms(sentence)))
+        if shared > overlap:
+            best, overlap = sentence, shared
+    if overlap >= 2 and bool(_NEGATION.search(claim)) != bool(_NEGATION.search(best)):
+        return "negation"
+    return ""
+
+
+def claim_batches(q: Query, plan: Plan, search: Search, ranking: Ranking) -> tuple[list[Section], dict[int, int]]:
+    """The relevant units as claim batches: grouped by the community they were found in (larger
+    groups first), each unit through its best passages (lazy.claim_tokens), a group never split
+    across batches unless it alone is larger than one; and each unit's community."""
     units = q.index.text_units
     groups: dict[int, list[Test]] = {}
     for t in search.relevant():
         groups.setdefault(t.community, []).append(t)
     order = sorted(groups, key=lambda c: (-len(groups[c]), groups[c][0].order))
-    rows = [t.row for c in order for t in sorted(groups[c], key=lambda t: (-ranking.score[t.row], t.order))]
-    community_of = {int(units.iloc[t.row]["human_readable_id"]): t.community for t in search.relevant()}
     lazy = q.settings.lazy
-    # As many windows as fit: a unit can bear on two subqueries in two places.
-    shown = passage_rows(q, plan, rows, lazy.claim_tokens, lazy.snippet_tokens, windows=None)
-    batches = list(chunks("Sources", shown, _batch_budget(q, plan)))
+    budget = _batch_budget(q, plan)
+    base = count_tokens(header("Sources")) + 1
+    batches: list[Section] = []
+    current: list[pd.Series] = []
+    used = base
+    for c in order:
+        rows = [t.row for t in sorted(groups[c], key=lambda t: (-t.score, -ranking.score[t.row], t.order))]
+        # As many windows as fit: a unit can bear on two subqueries in two places.
+        shown = passage_rows(q, plan, rows, lazy.claim_tokens, lazy.snippet_tokens, windows=None)
+        cost = sum(count_tokens("|".join(row_values("Sources", r))) + 1 for r in shown)
+        if current and used + cost > budget:  # the group starts a batch of its own
+            batches.extend(chunks("Sources", current, budget))
+            current, used = [], base
+        current.extend(shown)
+        used += cost
+    if current:
+        batches.extend(chunks("Sources", current, budget))
+    community_of = {int(units.iloc[t.row]["human_readable_id"]): t.community for t in search.relevant()}
+    return batches, community_of
+
+
+async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
+                         failures: list[str]) -> tuple[list[Found], list[Section], dict[str, int]]:
+    """Claims from the relevant units (claim_batches), as many per batch as its units warrant
+    (lazy.claims_per_unit each), every claim checked against the passages it cites."""
+    lazy = q.settings.lazy
+    batches, community_of = claim_batches(q, plan, search, ranking)
     n_subs = len(plan.subqueries)
-    counts = {"claims_dropped": 0, "claims_ungrounded": 0}
+    counts = {"claims_dropped": 0, "claims_ungrounded": 0, "claims_contradicted": 0}
 
     async def one(i: int, section: Section) -> list[Found]:
-        messages = q.render("lazy_claims", subqueries=plan.numbered(), context=section.text())
-        reply = await q.llm.structured(messages, Claims, step="claims", item=f"claims batch {i + 1}",
-                                       max_tokens=q.settings.lazy.claims_max_tokens)
+        most = max(1, lazy.claims_per_unit * len(section))
+        messages = q.render("lazy_claims", subqueries=plan.numbered(), context=section.text(), most=most)
+        reply = await q.llm.structured(messages, claims_schema(most), step="claims", item=f"claims batch {i + 1}",
+                                       max_tokens=min(lazy.claims_max_tokens, 100 + CLAIM_TOKENS * most))
         given = [r["ref"] for r in section.records]
         out = []
         for c in reply.claims:
@@ -453,6 +702,10 @@ async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
                 counts["claims_dropped"] += 1
                 counts["claims_ungrounded"] += 1
                 continue
+            if contradicted(text, cited):
+                counts["claims_dropped"] += 1
+                counts["claims_contradicted"] += 1
+                continue
             out.append(Found(text, sources, c.subquery if 1 <= c.subquery <= n_subs else 0,
                              max(0, min(100, c.score)), community_of.get(sources[0], ORPHANS), 0))
         return out
@@ -463,6 +716,18 @@ async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
             failures.append(f"claims batch {i + 1}")
         else:
             found.extend(outcome)
+    # the same claim from two batches (or twice in one) is one claim, with both its sources
+    unique: dict[str, Found] = {}
+    for f in found:
+        key = " ".join(terms(f.text))
+        if key in unique:
+            kept = unique[key]
+            kept.sources = list(dict.fromkeys(kept.sources + f.sources))
+            kept.score = max(kept.score, f.score)
+            counts["claims_dropped"] += 1
+        else:
+            unique[key] = f
+    found = list(unique.values())
     for n, f in enumerate(found):
         f.order = n
     counts["claim_calls"] = len(batches)
@@ -521,7 +786,7 @@ async def retrieve(q: Query, budget: int, failures: list[str]) -> tuple[Plan, Ra
     ranking = await rank_units(q, plan)
     nodes, roots = community_tree(q, ranking, q.settings.lazy.units_per_community)
     search = await relevance_search(q, plan, ranking, nodes, roots, budget, TESTERS[tester_name(q.settings)],
-                                    failures)
+                                    failures, refine=refiner(q, plan, ranking))
     return plan, ranking, search
 
 
@@ -543,7 +808,7 @@ async def lazy_search(q: Query, budget: int | None = None) -> QueryResult:
     elif search.relevant() and (counts["claims_dropped"] or claim_failures):
         # Relevant units were found but no claim survived (a model that names no source, or
         # failed calls): answer from the units themselves rather than lose what was found.
-        fallback = pack("Sources", (r for b in batches for r in _rows(q, b)), q.budget)
+        fallback = pack("Sources", (r for b in batches for r in _rows(q, b)), _batch_budget(q, plan))
         answer = await final_answer(q, q.render("query_answer", context=fallback.text()), step="answer")
     else:  # nothing relevant was found, or nothing relevant was said: say so, invent nothing
         answer = no_answer(q)
@@ -559,13 +824,15 @@ async def lazy_search(q: Query, budget: int | None = None) -> QueryResult:
         "relevant_communities": len({t.community for t in relevant}),
         "levels_reached": levels, "deepest_level": levels[-1] if levels else None, "stopped": search.stopped,
         "subqueries": plan.subqueries, "expanded_query": plan.expanded,
+        "budget_per_subquery": search.budgets, "tests_per_subquery": search.spent, "refined": search.refined,
         "claims": len(claims), "claims_dropped": counts["claims_dropped"],
-        "claims_ungrounded": counts["claims_ungrounded"], "claims_reduced": len(kept),
+        "claims_ungrounded": counts["claims_ungrounded"], "claims_contradicted": counts["claims_contradicted"],
+        "claims_reduced": len(kept),
         "claim_calls": counts["claim_calls"], "reduce_calls": 1 if kept else 0,
         "answered_from": "claims" if kept else "sources" if fallback is not None else "nothing",
         "context_units": context.units, "context_tokens": context.tokens,
         "tested": [{"unit": int(units.iloc[t.row]["human_readable_id"]), "id": units.iloc[t.row]["id"],
-                    "community": t.community, "level": t.level, "relevant": t.relevant,
+                    "community": t.community, "level": t.level, "relevant": t.relevant, "score": t.score,
                     "subqueries": t.subqueries, "similarity": round(float(ranking.score[t.row]), 4),
                     **({"passage_tokens": plan.passages[t.row]} if t.row in plan.passages else {})}
                    for t in search.tests.values()],
@@ -585,11 +852,12 @@ def _rows(q: Query, section: Section) -> list[pd.Series]:
 
 
 def estimate_calls(settings: Settings, budget: int | None = None) -> int:
-    """Rough chat calls of one lazy question: subqueries, tests (chat tester: a wave of
-    communities per call), claims (about one call per few relevant units) and the reduce."""
+    """Rough chat calls of one lazy question: subqueries, tests (chat tester: a wave of up to
+    MAX_BATCH units per call, the whole budget spent), claims (about one call per few relevant
+    units) and the reduce."""
     s = settings.lazy
     budget = s.budget if budget is None else budget
-    tests = 0 if tester_name(settings) == "embedding" else math.ceil(budget / (s.units_per_community * s.barren_communities))
+    tests = 0 if tester_name(settings) == "embedding" else math.ceil(budget / MAX_BATCH)
     return 1 + tests + max(1, math.ceil(budget / 20)) + 1
 
 
