@@ -205,6 +205,39 @@ def test_chinese_novel_graph(shared_data):
     assert relationships["description"].str.contains("同时出现").all()
 
 
+def _xiyouji_units(shared_data, *needles: str, n: int = 3) -> pd.DataFrame:
+    """The first `n` text units of chapters 1-7 holding each needle."""
+    text = (shared_data / "xiyouji-ch01-07.txt").read_text(encoding="utf-8")
+    docs = pd.DataFrame({"id": ["xyj"], "human_readable_id": [0], "title": ["xyj"], "text": [text]})
+    units = make_text_units(docs, size=600, overlap=100)
+    picked = [i for x in needles for i in units.index[units["text"].str.contains(x)][:n]]
+    return units.loc[sorted(set(picked))].reset_index(drop=True)
+
+
+def test_chinese_place_suffixes_and_verbs_after_names(shared_data):
+    # jieba tags 花果山 (a mountain) and 石猴道 / 真君笑 ("the stone monkey said", "the immortal
+    # laughed") as person names (nr)
+    units = _xiyouji_units(shared_data, "花果山", "石猴道", "真君笑", "大圣笑")
+    found = concept_instances(units, language="zh", settings=Settings())
+    types = found.groupby("key")["type"].agg(set)
+    assert types["花果山"] == {"LOC"}
+    assert not {"石猴道", "真君笑", "真君道", "大圣笑", "玉帝闻"} & set(types.index)
+    # the verb is dropped, the name stays where it was written
+    for name in ("石猴", "真君", "大圣"):
+        assert "PERSON" in types[name], name
+    for r in found.itertuples():
+        text = units.set_index("id").loc[r.text_unit_id, "text"]
+        assert text[r.start:r.end] == r.surface == r.title
+    person = found.loc[found["type"] == "PERSON", "key"]
+    assert not person.str[-1].isin(list("洞寺宫殿府县村州城岛湖河岭")).any(), sorted(set(person))
+    assert not person.str[-1].isin(list("道说笑曰问答叫喝")).any(), sorted(set(person))
+    # a person's name may end like a place: 孙中山 is Sun Yat-sen, 王建国 a man's name
+    people = concept_instances(_units(["孙中山先生说，王建国也来了。孙中山笑道：好。"]), language="zh",
+                               settings=Settings())
+    assert set(people["key"]) >= {"孙中山", "王建国"}
+    assert set(people.loc[people["key"].isin(["孙中山", "王建国"]), "type"]) == {"PERSON"}
+
+
 # -- the co-occurrence graph -----------------------------------------------------------------------
 
 def _instances(rows: list[tuple[str, str, int]], types: dict[str, str] | None = None) -> pd.DataFrame:
