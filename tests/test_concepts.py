@@ -368,6 +368,19 @@ def test_instances_of_removed_units_and_empty_input():
     assert entities.empty and rel.empty and set(TABLES["entities"]) <= set(entities.columns)
 
 
+def test_few_concepts_note_says_why():
+    from sensegraph.index.cooccurrence import few_concepts_note
+
+    found = _instances(HAND)
+    entities, _ = concept_graph(found, HAND_UNITS, settings=_settings(min_frequency=3))
+    note = few_concepts_note(found, entities, HAND_UNITS, settings=_settings(min_frequency=3))
+    assert note.startswith("the lazy index kept 1 of the 5 concepts found in its 3 text units: 4 occur in fewer "
+                           "than concepts.min_frequency (3)")
+    assert few_concepts_note(found, entities, HAND_UNITS, settings=_settings(min_frequency=1)) is None
+    nothing = few_concepts_note(found.iloc[:0], entities.iloc[:0], HAND_UNITS, settings=Settings())
+    assert "found no concept" in nothing and "`language`" in nothing
+
+
 # -- packages --------------------------------------------------------------------------------------
 
 def test_tampered_pipeline_file_is_refused(monkeypatch):

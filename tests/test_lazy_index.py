@@ -81,6 +81,30 @@ def test_a_chinese_lazy_index(tmp_path):
     assert result.stats["language"] == "zh"
 
 
+def test_a_tiny_lazy_index_says_why_it_has_no_concepts(tmp_path):
+    import asyncio
+
+    from sensegraph.index.pipeline import run_index
+
+    # one text unit: every concept occurs in one unit, and concepts.min_frequency (2) removes them all
+    write_docs(tmp_path, {"note.txt": "Maria Okafor founded the Harbor Cooperative in Port Ellison."})
+    logged: list[str] = []
+    with start_mock_server() as server:
+        result = asyncio.run(run_index(settings_for(tmp_path, server, index_method="lazy"), log=logged.append))
+        assert result.tables["entities"].empty and len(result.tables["text_units"]) == 1
+        warnings = [m for m in logged if "concept" in m]
+        assert len(warnings) == 1 and warnings[0].startswith("warning: ") and "\n" not in warnings[0]
+        assert "concepts.min_frequency (2)" in warnings[0] and "min_frequency: 1" in warnings[0]
+        stats = json.loads((tmp_path / "output" / "stats.json").read_text())
+        assert stats["concepts_note"] == warnings[0].removeprefix("warning: ")
+        # as the warning says: with min_frequency 1 the concepts are kept, and nothing is said
+        logged.clear()
+        kept = asyncio.run(run_index(settings_for(tmp_path, server, index_method="lazy",
+                                                  concepts={"min_frequency": 1}), log=logged.append))
+    assert {"Maria Okafor", "Harbor Cooperative", "Port Ellison"} <= set(kept.tables["entities"]["title"])
+    assert not [m for m in logged if "concept" in m] and "concepts_note" not in kept.stats
+
+
 JAPANESE_DOC = ("夏目漱石は明治時代の小説家で、東京で生まれました。代表作には『吾輩は猫である』や『こころ』があります。"
                 "漱石は松山や熊本で英語の教師として働いたあと、ロンドンに留学しました。")
 

@@ -20,6 +20,9 @@ method read a lazy index as they read a standard one. No LLM:
   so a run-on sentence of a transcript cannot produce a quadratic number of pairs;
 - statistics as columns: degree and pagerank (weighted) of entities; combined_degree, pmi and
   npmi (pointwise mutual information of the pair over sentences or units) of relationships.
+A graph left with (next to) no concepts is explained in one line (few_concepts_note: none found, or
+`min_frequency` removed them, as it removes every concept of a one-unit corpus), which the
+pipeline prints as a warning and keeps in stats.json (`concepts_note`).
 Ids are those of a standard index (`summarize.entity_id` / `relationship_id` of the titles).
 Rows are sorted by key (entities) and key pair (relationships), like summarize's.
 """
@@ -269,6 +272,35 @@ def concept_graph(instances: pd.DataFrame, units: pd.DataFrame, *, settings: Set
         "npmi": npmi,
     })
     return entities, relationships
+
+
+# Fewer concepts than this after concepts.min_frequency is a graph with next to nothing to rank
+# or cluster: said, with the reason, rather than left to show as empty answers.
+FEW_CONCEPTS = 10
+
+
+def few_concepts_note(instances: pd.DataFrame, entities: pd.DataFrame, units: pd.DataFrame, *,
+                      settings: Settings) -> str | None:
+    """One line saying why the graph has (next to) no concepts and what to do, or None: when the
+    NLP found none in the text units, or when concepts.min_frequency removed enough of them to
+    leave fewer than FEW_CONCEPTS (a one-unit document, where every concept occurs once)."""
+    n_units = len(units)
+    unit_ids = set(map(str, units["id"]))
+    inst = instances[instances["text_unit_id"].astype(str).isin(unit_ids)] if len(instances) else instances
+    in_units = inst.drop_duplicates(["key", "text_unit_id"]).groupby("key").size() if len(inst) else pd.Series()
+    found, kept, min_frequency = len(in_units), len(entities), settings.concepts.min_frequency
+    rare = int((in_units < min_frequency).sum())
+    units_word = f"{n_units} text unit{'' if n_units == 1 else 's'}"
+    if n_units and not found:
+        return (f"the lazy index found no concept (noun phrase or name) in its {units_word}: is the `language` "
+                "setting right for these documents? Lazy and basic search still read the text units.")
+    if kept >= FEW_CONCEPTS or not rare:
+        return None
+    why = ", as every concept of a one-unit corpus does" if n_units == 1 else ""
+    return (f"the lazy index kept {kept} of the {found} concepts found in its {units_word}: {rare} occur in fewer "
+            f"than concepts.min_frequency ({min_frequency}) text units{why}. For a small corpus set "
+            "concepts.min_frequency: 1 in settings.yaml (or index more documents); lazy and basic search still "
+            "read the text units.")
 
 
 def _contexts_word(mode: str, language: str):

@@ -110,9 +110,15 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         background(vectors.task)
         vectors.add("text_units", units)
         if settings.index_method == "lazy":  # LazyGraphRAG: concepts by NLP instead of 3-4, no reports
+            from .cooccurrence import few_concepts_note
+
             found = await steps.run("concepts", _concepts, writes=CONCEPTS, units=units, language=language)
             elements = (await steps.run("concept_graph", _concept_graph, writes=ELEMENTS, units=units,
                                         language=language, numbering=numbering, **found.tables)).tables
+            if note := few_concepts_note(found.tables["concept_instances"], elements["entities"], units,
+                                         settings=settings):  # a tiny corpus: say why, and what to do
+                log(f"warning: {note}")
+                stats["concepts_note"] = note
         else:
             # 3. element instances: one extraction per text unit, plus gleaning; which checks
             # of the names applied, and why, is part of the run's record
