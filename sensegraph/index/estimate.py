@@ -91,7 +91,12 @@ class _Sizes:
 
 def estimate_index(settings: Settings, ratios: dict[str, float] | None = None) -> Estimate:
     """Calls and tokens of a full index of the project's input, with the measured ratios' mean
-    (or the given ratios) and, for the mean, the spread over the measured indexes."""
+    (or the given ratios) and, for the mean, the spread over the measured indexes. For a lazy
+    index, its NLP packages are checked first (ConceptError), before any document is read."""
+    if settings.index_method == "lazy":
+        from .concepts import check_nlp
+
+        check_nlp(settings.language)
     docs = documents.load_documents(settings, warn=lambda m: None)
     units = text_units.make_text_units(docs, size=settings.chunks.size, overlap=settings.chunks.overlap)
     language = resolve_language(settings.language, docs["text"])

@@ -216,13 +216,24 @@ async def run_doctor(settings: Settings) -> list[Check]:
 PREFLIGHT_TIMEOUT = 30.0
 
 
-async def preflight(settings: Settings, sections: tuple[str, ...] = ("chat", "embedding")) -> list[str]:
+async def preflight(settings: Settings, sections: tuple[str, ...] = ("chat", "embedding"), *,
+                    nlp: bool = False) -> list[str]:
     """One sentence per configured remote endpoint that cannot work (unreachable, key refused,
     unknown model); empty if all look usable. Costs nothing when the server lists the model
     (GET /models); otherwise one tiny request tells whether the model name is known. Transient
     errors (429, 5xx) pass: the index's own retries deal with them. `sections`: the models the
-    command will use (`prompt-tune` needs only the chat model)."""
+    command will use (`prompt-tune` needs only the chat model). `nlp` (index and update): for
+    `index_method: lazy`, also the NLP packages, checked file by file and imported by no one
+    (index.concepts.check_nlp), so a missing or modified one is said before any document is read."""
     problems = []
+    if nlp and settings.index_method == "lazy":
+        from ..config import SettingsError
+        from ..index.concepts import ConceptError, check_nlp
+
+        try:
+            check_nlp(settings.language)
+        except (ConceptError, SettingsError) as exc:
+            problems.append(str(exc))
     for section in sections:
         m: ModelSettings = getattr(settings, section)
         if m.provider != "openai":
