@@ -267,6 +267,20 @@ def test_a_question_without_a_method_gets_the_lazy_index_default(lazy_client, ll
         assert result["citations"] == {"Sources": [0]}
 
 
+def test_global_and_drift_on_the_lazy_index_are_a_client_error_saying_what_to_use(lazy_client, llm):
+    before = len(llm.requests)
+    for method in ("global", "drift"):
+        resp = lazy_client.post("/api/query", json={"question": "What are the main themes?", "method": method})
+        assert resp.status_code == 400, resp.text
+        detail = resp.json()["detail"]
+        assert "lazy index" in detail and "method lazy" in detail and "basic" in detail, detail
+        events = sse_events(lazy_client.post("/api/query", json={"question": "What are the main themes?",
+                                                                 "method": method, "stream": True}).text)
+        assert events[-1][0] == "error" and events[-1][1]["status"] == 400, events[-1]
+        assert "lazy index" in events[-1][1]["message"]
+    assert len(llm.requests) == before  # refused before any model call
+
+
 def test_lazy_search_answers_over_the_lazy_index(lazy_client, llm):
     if "lazy" not in METHODS:
         pytest.skip("the `lazy` query method is not in sensegraph.query.REGISTRY yet (issue 16, query side)")

@@ -34,7 +34,7 @@ METHOD_HELP = ("global: map-reduce over community reports at --level (whole-corp
                "drift: global priming + local follow-ups; basic: vector search over text (baseline); "
                "text: map-reduce over all source text (baseline); "
                "lazy: relevance tests of text units under --budget, then claims (works on a lazy index, "
-               "which has no community reports).")
+               "which has no community reports: global and drift refuse one).")
 
 
 @click.command("query")

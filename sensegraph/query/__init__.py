@@ -8,7 +8,8 @@ Methods: global (map-reduce over community reports at a level; `dynamic=True` fo
 community selection), local (entity neighbourhood), drift (global priming + local follow-ups),
 basic (vector RAG over text units, the SS baseline), text (map-reduce over text units, the
 TS baseline) and lazy (relevance tests of text units under a budget, then claims; needs no
-community report). Every method returns a `QueryResult`.
+community report). Every method returns a `QueryResult`. Global and DRIFT search on a lazy index,
+which has no community report, raise MethodUnavailable (a ValueError) naming the methods to use.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ..llm import open_cache, open_chat, open_embedder
 from ..llm.usage import Usage
 from .answer import Query, QueryResult
 from .basic_search import basic_search
-from .data import GraphIndex, IndexNotFound
+from .data import GraphIndex, IndexNotFound, MethodUnavailable
 from .drift_search import drift_search
 from .global_search import global_search, text_search
 from .lazy_search import lazy_search
@@ -115,4 +116,5 @@ class Searcher:
         await self.embedder.aclose()
 
 
-__all__ = ["Searcher", "QueryResult", "METHODS", "REGISTRY", "Method", "method_named", "GraphIndex", "IndexNotFound"]
+__all__ = ["Searcher", "QueryResult", "METHODS", "REGISTRY", "Method", "method_named", "GraphIndex", "IndexNotFound",
+           "MethodUnavailable"]

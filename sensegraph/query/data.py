@@ -1,4 +1,5 @@
-"""The index as the query methods see it: tables, lookups by id and title, and vector search.
+"""The index as the query methods see it: tables, lookups by id and title, vector search, and
+whether it is a lazy index (no community reports: `require_reports` refuses the methods that read them).
 
 Works on an index written by sensegraph or by Microsoft GraphRAG 3.x (same table names and
 columns). Vectors come from `output/embeddings/` when they were made by the configured embedding
@@ -7,6 +8,7 @@ written back if the folder is writable — a shared, read-only index stays untou
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,10 +23,18 @@ from ..store.tables import TABLES, has_table, read_table
 from ..store.vectors import VectorIndex, vector_model, vectors_path, write_vectors
 
 REQUIRED = ("entities", "relationships", "communities", "community_reports", "text_units")
+# Steps (stats.json) that only a lazy index runs, and those only a standard one runs.
+LAZY_STEPS = ("concepts", "concept_graph")
+STANDARD_STEPS = ("extract", "summarize")
 
 
 class IndexNotFound(FileNotFoundError):
     pass
+
+
+class MethodUnavailable(ValueError):
+    """A query method this index cannot answer with (global or DRIFT search on a lazy index,
+    which has no community reports); the message says which method to use instead."""
 
 
 def writable(folder: Path) -> bool:
@@ -91,6 +101,33 @@ class GraphIndex:
     def max_level(self) -> int:
         return int(self.reports["level"].max()) if len(self.reports) else 0
 
+    @property
+    def lazy(self) -> bool:
+        """A lazy index (index_method: lazy): concepts and communities, no community report. The
+        steps that built it (stats.json) tell it from a standard index whose reports all failed;
+        without them (a copied index), communities without any report mean lazy."""
+        if len(self.reports):
+            return False
+        if "_lazy" not in self.__dict__:
+            try:
+                steps = json.loads((self.output_dir / "stats.json").read_text(encoding="utf-8")).get("steps")
+            except (OSError, ValueError, AttributeError):
+                steps = None
+            ran = set(steps) if isinstance(steps, (dict, list)) else set()
+            self.__dict__["_lazy"] = bool(ran & set(LAZY_STEPS)) or (
+                not ran & set(STANDARD_STEPS) and len(self.communities) > 0)
+        return self.__dict__["_lazy"]
+
+    def require_reports(self, method: str) -> None:
+        """Raise MethodUnavailable if `method`, which answers from community reports, is asked of a
+        lazy index (it would find nothing to read and answer that nothing was found)."""
+        if self.lazy:
+            raise MethodUnavailable(
+                f"{method} search reads community reports, and this is a lazy index, which has none: ask with "
+                "method lazy (relevance tests of its text units, then claims: `sensegraph query ... --method "
+                "lazy`) or basic (vector search over the text units), or write the reports with `sensegraph "
+                "index --method standard` (it reuses the text units and embeddings)")
+
     def entity_rows(self, ids: list[str]) -> pd.DataFrame:
         by_id = self._index("entities", "id")
         return self.entities.iloc[[by_id[i] for i in ids if i in by_id]]
@@ -121,7 +158,9 @@ class GraphIndex:
                                                     and index.dim != embedder.dim):
                 index = None
         if index is None:
-            log(f"embedding {len(df)} {name.replace('_', ' ')} with {embedder.model or 'the embedding model'} "
+            what = ("concepts of this lazy index" if name == "entities" and self.lazy  # it embeds text units only
+                    else name.replace("_", " "))
+            log(f"embedding {len(df)} {what} with {embedder.model or 'the embedding model'} "
                 f"(once: the vectors are cached)")
             text_of = EMBEDDED_FIELDS[name]
             texts = [str(text_of(row)) for _, row in df.iterrows()]

@@ -71,6 +71,7 @@ def distinct_reports(rows: pd.DataFrame, k: int) -> list[pd.Series]:
 
 
 async def drift_search(q: Query) -> QueryResult:
+    q.index.require_reports("drift")  # its primer reads reports: a lazy index has none
     s = q.settings.query
     primer_context = await _prime(q)
     sections = list(primer_context.sections)

@@ -156,7 +156,9 @@ async def map_reduce(q: Query, method: str, kind: str, rows: list[pd.Series], st
 
 
 async def global_search(q: Query, level: int | None = None, dynamic: bool = False) -> QueryResult:
-    """Map-reduce over the community reports at `level` (default: settings.query.level)."""
+    """Map-reduce over the community reports at `level` (default: settings.query.level). Raises
+    MethodUnavailable on a lazy index, which has no reports."""
+    q.index.require_reports("global")
     requested = q.settings.query.level if level is None else level
     deepest = q.index.max_level()
     used = min(requested, deepest)
