@@ -60,9 +60,10 @@ def project(workdir: Path, size: str, chat: dict, snippet: int) -> Path:
     return root
 
 
-def settings_for(root: Path, size: str, chat: dict, snippet: int, tester: str):
+def settings_for(root: Path, size: str, chat: dict, snippet: int, tester: str, form: str = "scores"):
     return load_settings(root, overrides={"local": {"size": size}, "chat": chat,
-                                          "lazy": {"snippet_tokens": snippet, "tester": tester}}, env={})
+                                          "lazy": {"snippet_tokens": snippet, "tester": tester,
+                                                   "test_format": form}}, env={})
 
 
 def test_set(units, gold_titles: set[str], title_of_unit: dict[str, str], score, negatives: int, drawn: int,
@@ -135,7 +136,9 @@ def scores(rows: list[dict], threshold: int | None) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", default="/tmp/sg2wiki", help="where bench/multihop_recall.py --corpus keeps the index")
-    ap.add_argument("--questions", type=int, default=20, help="the first N of the 50 questions")
+    ap.add_argument("--questions", type=int, default=20, help="how many of the 50 questions")
+    ap.add_argument("--first", type=int, default=1,
+                    help="the first question measured (1-based): 11 holds out the ten the prompts were read against")
     ap.add_argument("--negatives", type=int, default=20, help="best-ranked non-gold passages tested per question")
     ap.add_argument("--random", type=int, default=10, help="random non-gold passages tested per question")
     ap.add_argument("--seed", type=int, default=0)
@@ -143,9 +146,10 @@ def main() -> None:
     ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server instead of the embedded model")
     ap.add_argument("--model", default="", help="its model name")
     ap.add_argument("--snippets", default="120", help="lazy.snippet_tokens values for the chat tester")
-    ap.add_argument("--testers", default="embedding,chat")
+    ap.add_argument("--testers", default="embedding,chat",
+                    help="embedding, chat (0-3 scores per unit) and pick (the model lists the units that help)")
     args = ap.parse_args()
-    questions = json.loads(QUESTIONS.read_text())[: args.questions]
+    questions = json.loads(QUESTIONS.read_text())[args.first - 1: args.first - 1 + args.questions]
     chat = ({"provider": "openai", "base_url": args.base_url, "model": args.model or "model", "api_key": "none"}
             if args.base_url else {})
     root = project(Path(args.workdir), args.size, chat, 120)
@@ -156,12 +160,13 @@ def main() -> None:
     results = []
     for tester in args.testers.split(","):
         for snippet in ([120] if tester == "embedding" else [int(x) for x in args.snippets.split(",")]):
-            label = tester if tester == "embedding" else f"chat, {snippet}-token passages"
+            label = tester if tester == "embedding" else f"{tester}, {snippet}-token passages"
             print(f"\n{label}:")
-            settings = settings_for(root, args.size, chat, snippet, tester)
+            settings = settings_for(root, args.size, chat, snippet, "embedding" if tester == "embedding" else "chat",
+                                    "pick" if tester == "pick" else "scores")
             results.append((label, tester, asyncio.run(measure(settings, questions, args))["rows"]))
     half = len(questions) // 2
-    print(f"\n2WikiMultihopQA, first {len(questions)} questions, {model}: every gold passage, the "
+    print(f"\n2WikiMultihopQA, questions {args.first}-{args.first + len(questions) - 1}, {model}: every gold passage, the "
           f"{args.negatives} best-ranked others and {args.random} random others per question")
     print("| tester | relevant at | precision | recall | F1 | F1 halves | calls | prompt tok | completion tok "
           "| s / 100 tests |")
@@ -173,11 +178,12 @@ def main() -> None:
         completion = sum(r["completion"] for r in rows)
         seconds = sum(r["seconds"] for r in rows)
         cached = sum(r["cached"] for r in rows)
-        for threshold in ([None] if tester == "embedding" else [1, 2, 3]):
+        for threshold in ([None] if tester == "embedding" else [2] if tester == "pick" else [1, 2, 3]):
             s = scores(rows, threshold)
             h = [scores(part, threshold)["f1"] for part in (rows[:half], rows[half:])]
             per100 = f"{100 * seconds / tests:.1f}" + (" (cached)" if cached and not calls else "")
-            print(f"| {label} | {'z / margin' if threshold is None else f'score >= {threshold}'} | "
+            at = "z / margin" if threshold is None else "listed" if tester == "pick" else f"score >= {threshold}"
+            print(f"| {label} | {at} | "
                   f"{s['precision']:.2f} | {s['recall']:.2f} | {s['f1']:.2f} | {h[0]:.2f} / {h[1]:.2f} | {calls} | "
                   f"{prompt} | {completion} | {per100} |")
 

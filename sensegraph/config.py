@@ -229,6 +229,13 @@ class LazySettings(_Section):
     # (docs/performance.md: the tester table).
     tester: Literal["auto", "chat", "embedding"] = "auto"
     relevance_threshold: int = Field(2, ge=1, le=3, description="chat tester: a unit rated this or more (0-3) is relevant")
+    # How the chat tester asks. scores: the model rates every unit of a call 0-3 (LazyGraphRAG's
+    # way); pick: it lists the units that help, at most a quarter of the call's (two at least), and
+    # the others count as 0. A small model rates nearly everything 2 or more (precision 0.14 on
+    # 2Wiki's hard set) but picks well (0.39 at higher recall: docs/performance.md, the tester
+    # table); the quarter would cap what a strong model finds on a broad question. auto = pick
+    # for a small model (Settings.small_chat_model), scores for any other.
+    test_format: Literal["auto", "scores", "pick"] = "auto"
     # A subquery that has found nothing relevant while others have is embedded again with this
     # many concepts of what they found ("who is the director's father?" + "Gia Coppola"); 0 = off.
     refine_concepts: int = Field(3, ge=0, le=10)
@@ -334,6 +341,14 @@ class Settings(_Section):
         if max(sizes) <= SMALL_MODEL_BILLIONS:
             return True, f"{self.chat.model!r} has {max(sizes):g}B parameters (at most {SMALL_MODEL_BILLIONS:g}B: small)"
         return False, f"{self.chat.model!r} has {max(sizes):g}B parameters (more than {SMALL_MODEL_BILLIONS:g}B)"
+
+    def lazy_test_format(self) -> tuple[str, str]:
+        """How lazy search's chat tester asks ("scores" or "pick"), and why."""
+        chosen = self.lazy.test_format
+        if chosen != "auto":
+            return chosen, "lazy.test_format"
+        small, why = self.small_chat_model()
+        return ("pick" if small else "scores"), f"auto: {why}"
 
     def check_policy(self) -> tuple[str, str]:
         """The checks of extracted names that apply ("strict", "lenient" or "off"), and why."""

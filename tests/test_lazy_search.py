@@ -88,7 +88,7 @@ def asked(body: dict[str, Any]) -> str:
     system = body["messages"][0]["content"]
     if "JSON schema:\n" in system:
         props = json.loads(system.rsplit("JSON schema:\n", 1)[1]).get("properties", {})
-        return next(n for key, n in (("ratings", "Ratings"), ("claims", "Claims"),
+        return next(n for key, n in (("ratings", "Ratings"), ("relevant", "Picks"), ("claims", "Claims"),
                                      ("expanded_query", "Subqueries")) if key in props)
     return "text"
 
@@ -121,6 +121,11 @@ class Script:
             # a disobedient server: more ratings than allowed, about units not in the batch
             ratings += [{"id": 999, "score": 3}] * self.extra_verdicts
             return {"ratings": ratings}
+        if kind == "Picks":
+            rows = rows_of(body)
+            self.tested += [ref for ref, _ in rows]
+            # every relevant unit, however many the prompt allows; then ids not in the batch
+            return {"relevant": [ref for ref, text in rows if self.relevant(text)] + [999] * self.extra_verdicts}
         if kind == "Claims":
             # a claim in the passage's own words, as claim_grounding requires
             claims = [{"claim": f"CLAIM-{tag(ref)}: {text}", "sources": [ref], "subquery": 1, "score": 80}
@@ -702,6 +707,66 @@ def test_ratings_outside_0_to_3_are_clamped_and_the_threshold_decides(tmp_path):
         r = run(lazy_search(q, budget=len(TEXTS)))
         assert {t["unit"] for t in r.stats["tested"] if t["relevant"]} == expect
         assert {t["score"] for t in r.stats["tested"]} <= {0, 1, 3}
+
+
+def test_auto_test_format_picks_for_a_small_model_and_scores_for_any_other(tmp_path):
+    def fmt(model=None, chosen="auto"):
+        chat = {} if model is None else {"provider": "openai", "model": model, "api_key": "k"}
+        return load_settings(tmp_path, overrides={"chat": chat, "lazy": {"test_format": chosen}}).lazy_test_format()
+
+    assert fmt()[0] == "pick" and "embedded" in fmt()[1]  # provider local by default
+    assert fmt("qwen2.5:3b")[0] == "pick"
+    assert fmt("gpt-4o-mini")[0] == "scores" and fmt("llama-3.3-70b-instruct")[0] == "scores"
+    assert fmt("qwen2.5:3b", "scores") == ("scores", "lazy.test_format")
+
+
+@pytest.mark.parametrize("server", [None, "ignores_max_items", "no_json_schema"])
+def test_a_picking_tester_marks_what_the_model_lists_and_nothing_else(tmp_path, server):
+    # The model lists every relevant unit, then ids not in the call: a list over its maxItems is
+    # cut (counted as truncated), unknown ids are ignored, a unit not listed was judged 0.
+    script = Script(extra_verdicts=0 if server is None else 30)
+    q, llm = make(tmp_path, script, server=None if server == "ignores_max_items" else server, test_format="pick")
+    r = run(lazy_search(q, budget=len(TEXTS)))
+    assert r.stats["test_format"] == "pick" and r.failures == []
+    kinds = [asked(b) for b in llm.requests]
+    assert "Picks" in kinds and "Ratings" not in kinds
+    verdict = {t["unit"]: (t["relevant"], t["score"]) for t in r.stats["tested"]}
+    assert set(verdict) == {100 + u for u in TEXTS}  # every unit was read
+    for unit, (relevant, score) in verdict.items():
+        fact = "fact" in TEXTS[unit - 100]
+        assert relevant is fact and (score >= 2 if fact else score == 0)
+    if server:
+        assert q.llm.usage.step("relevance").truncated >= 1
+
+
+def test_a_pick_call_may_list_a_quarter_of_its_units_and_its_first_pick_counts_most(tmp_path):
+    texts = {i: f"harbor fishing boats fact number{chr(97 + i)}" for i in range(12)}  # all relevant
+    tables = lazy_tables(texts)
+    tables["communities"] = tables["communities"].iloc[:0]  # no communities: one call of 12 units
+    script = Script()
+    q, llm = make(tmp_path, script, tables=tables, test_format="pick", units_per_community=12, subqueries=1)
+    r = run(lazy_search(q, budget=12))
+    calls = [b for b in llm.requests if asked(b) == "Picks"]
+    schema = calls[0]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["relevant"]["maxItems"] == 3  # ceil(12 / 4)
+    assert "at most 3" in last_user(calls[0]) or "at most 3" in calls[0]["messages"][0]["content"]
+    listed = [t for t in r.stats["tested"] if t["relevant"]]
+    assert len(listed) == 3 and sorted(t["score"] for t in listed) == [2, 2, 3]
+    assert q.llm.usage.step("relevance").truncated == 1  # the script listed all 12
+
+
+def test_a_large_budget_reports_its_progress(tmp_path):
+    texts = {i: f"harbor fishing boats number{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(60)}
+    tables = lazy_tables(texts)
+    tables["communities"] = tables["communities"].iloc[:0]
+    q, _ = make(tmp_path, Script(), tables=tables, units_per_community=24)
+    lines: list[str] = []
+    q.log = lines.append
+    run(lazy_search(q, budget=50))
+    progress = [line for line in lines if line.startswith("lazy search:")]
+    assert progress and all("of 50 units tested" in line for line in progress)
+    counts = [int(line.split()[2]) for line in progress]
+    assert counts == sorted(counts) and counts[-1] < 50
 
 
 def test_a_claim_call_may_give_claims_in_proportion_to_its_units(tmp_path):

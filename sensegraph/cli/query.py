@@ -152,7 +152,8 @@ def print_footer(result) -> None:
         parts.append(f"dynamic: {st['dynamic']['rated']} rated, {st['dynamic']['kept']} kept")
     if "tests_used" in st:  # lazy search
         levels = st.get("levels_reached") or []
-        parts.append(f"{st['tests_used']} of {st['budget']} relevance tests ({st['tester']}), "
+        tester = st["tester"] + (f", {st['test_format']}" if st.get("test_format") else "")
+        parts.append(f"{st['tests_used']} of {st['budget']} relevance tests ({tester}), "
                      f"{st['relevant_units']} relevant units in {st['relevant_communities']} of "
                      f"{st['communities_visited']} communities visited"
                      + (f", levels {levels[0]}-{levels[-1]}" if len(levels) > 1 else

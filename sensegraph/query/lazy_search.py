@@ -92,6 +92,16 @@ class Ratings(BaseModel):
     ratings: list[Rating] = Field(max_length=MAX_BATCH)
 
 
+class Picks(BaseModel):
+    relevant: list[int]
+
+
+@functools.lru_cache(maxsize=64)
+def picks_schema(most: int) -> type[BaseModel]:
+    """The chosen passages of one test call, at most `most` of them (its maxItems)."""
+    return create_model("Picks", relevant=(list[int], Field(max_length=most)), __base__=Picks)
+
+
 class Claim(BaseModel):
     claim: str
     sources: list[int] = Field(max_length=MAX_SOURCES)
@@ -280,8 +290,9 @@ async def chat_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
                       failures: list[str]) -> dict[int, Verdict]:
     """The chat model's 0-3 per unit, read through its best passage (lazy.snippet_tokens); the
     wave's units packed into as few calls as fit (at most MAX_BATCH each). The answer is a short
-    list of {id, score}: a verdict costs a few generated tokens, so a call of 24 units is mostly
-    its prompt, which a small local model reads several times faster than it writes."""
+    list of {id, score}, or with Settings.lazy_test_format "pick" of the ids that help: a verdict
+    costs a few generated tokens, so a call of 24 units is mostly its prompt, which a small local
+    model reads several times faster than it writes."""
     units = q.index.text_units
     rows = [r for _, part in wave for r in part]
     shown = passage_rows(q, plan, rows, q.settings.lazy.snippet_tokens)
@@ -295,15 +306,26 @@ async def chat_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
             sub = Section("Sources", section.lines[i:i + MAX_BATCH], section.records[i:i + MAX_BATCH])
             batches.append((sub, part[i:i + MAX_BATCH]))
     threshold = q.settings.lazy.relevance_threshold
+    pick = q.settings.lazy_test_format()[0] == "pick"
 
     async def one(section: Section, part: list[int]) -> dict[int, Verdict]:
-        messages = q.render("lazy_relevance", subqueries=plan.numbered(), context=section.text())
         refs = [int(units.iloc[r]["human_readable_id"]) for r in part]
+        row_of = dict(zip(refs, part))
+        got: dict[int, Verdict] = {}
+        if pick:
+            most = min(len(part), max(2, math.ceil(len(part) / 4)))
+            messages = q.render("lazy_pick", subqueries=plan.numbered(), context=section.text(), most=most)
+            reply = await q.llm.structured(messages, picks_schema(most), step="relevance",
+                                           item=f"relevance of units {_span(refs)}",
+                                           max_tokens=min(q.settings.lazy.test_max_tokens, 30 + 6 * most))
+            chosen = [row_of[ref] for ref in dict.fromkeys(reply.relevant) if ref in row_of]
+            # a unit not chosen was read and judged: 0; the first chosen scores 3, the others 2
+            scores = {r: 0 for r in part} | {r: 3 if n == 0 else 2 for n, r in enumerate(chosen)}
+            return {r: (score >= threshold, score) for r, score in scores.items()}
+        messages = q.render("lazy_relevance", subqueries=plan.numbered(), context=section.text())
         reply = await q.llm.structured(messages, Ratings, step="relevance",
                                        item=f"relevance of units {_span(refs)}",
                                        max_tokens=min(q.settings.lazy.test_max_tokens, 40 + 14 * len(part)))
-        row_of = dict(zip(refs, part))
-        got: dict[int, Verdict] = {}
         for rating in reply.ratings:
             if rating.id in row_of and row_of[rating.id] not in got:  # the first rating of a unit counts
                 score = max(0, min(3, int(rating.score)))
@@ -423,6 +445,8 @@ async def relevance_search(q: Query, plan: Plan, ranking: Ranking, nodes: dict[i
     sims = ranking.per_subquery if ranking.per_subquery.shape[1] else ranking.score[:, None]
     search = Search(budgets=_split(budget, n_subs), spent=[0] * n_subs)
     frontiers = [_Frontier(j, {n: UNVISITED for n in roots}) for j in range(n_subs)]
+    step = max(MAX_BATCH, budget // 10)  # a progress line every tenth of a large budget
+    reported = 0
     while search.used < budget:
         # One wave: the subqueries with budget left visit their best community in turn until a
         # call's worth of units is chosen; the wave is tested at once.
@@ -480,6 +504,9 @@ async def relevance_search(q: Query, plan: Plan, ranking: Ranking, nodes: dict[i
             sims = ranking.per_subquery
             for frontier in frontiers:
                 frontier.resort()
+        if budget >= 2 * step and search.used - reported >= step and search.used < budget:
+            reported = search.used
+            q.log(f"lazy search: {search.used} of {budget} units tested, {len(search.relevant())} relevant")
     search.stopped = "budget spent" if search.used >= budget else "every unit tested"
     return search
 
@@ -817,7 +844,8 @@ async def lazy_search(q: Query, budget: int | None = None) -> QueryResult:
     relevant = search.relevant()
     levels = sorted({v["level"] for v in search.visits})
     stats: dict[str, Any] = {
-        "budget": budget, "tester": name, "snippet_tokens": s.snippet_tokens, "claim_tokens": s.claim_tokens,
+        "budget": budget, "tester": name,
+        "test_format": q.settings.lazy_test_format()[0] if name == "chat" else None, "snippet_tokens": s.snippet_tokens, "claim_tokens": s.claim_tokens,
         "tests_used": search.used, "relevant_units": len(relevant),
         "no_verdict": search.no_verdict, "failed_tests": sum(t.relevant is None for t in search.tests.values()),
         "communities_visited": len({v["community"] for v in search.visits}),

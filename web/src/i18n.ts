@@ -21,7 +21,7 @@ const en = {
     drift: "drift: reports first, then local follow-up questions",
     basic: "basic: vector search over source text (baseline)",
     text: "text: map-reduce over all source text (baseline)",
-    lazy: "lazy: the LLM tests source text for relevance under a budget, best communities first (LazyGraphRAG)",
+    lazy: "lazy: the chat model rates source text for relevance, spending the budget best communities first (LazyGraphRAG)",
   } as Record<string, string>,
   truncatedGraph: "the best connected nodes are shown",
   rootIntroLazy: "The broadest communities of the concept graph, each named by its most frequent concepts. Open one to see its concepts and source text and drill down.",
@@ -30,7 +30,7 @@ const en = {
   concepts: "Concepts", concept: "Concept", conceptsSize: "concepts", cooccurrences: "Co-occurrences",
   frequency: "frequency", backToCommunity: "Community view", searchConcepts: "Search concepts",
   noReportsToRead: "this lazy index has no community reports for it to read",
-  budget: "Budget", budgetDefault: "default", budgetHelp: "text units the LLM may test for relevance",
+  budget: "Budget", budgetDefault: "default", budgetHelp: "relevance tests of source text, all spent: more tests read more of the corpus, at more calls (with lazy.tester: embedding they are free and buy nothing)",
   unitsTested: "units tested", relevant: "relevant",
 };
 type Strings = typeof en;
@@ -55,7 +55,7 @@ const zh: Strings = {
     drift: "drift：先看报告，再做局部追问",
     basic: "basic：对原文的向量检索（基线）",
     text: "text：对全部原文做 map-reduce（基线）",
-    lazy: "lazy（惰性）：在预算内由模型检验原文片段是否相关，从最相关的社区开始（LazyGraphRAG）",
+    lazy: "lazy（惰性）：由模型给原文片段的相关性打分，从最相关的社区开始用完预算（LazyGraphRAG）",
   },
   truncatedGraph: "仅显示连接最多的节点",
   rootIntroLazy: "概念图谱中范围最广的社区，以其中出现最多的概念命名。打开一个社区查看它的概念和原文并逐层深入。",
@@ -64,7 +64,7 @@ const zh: Strings = {
   concepts: "概念", concept: "概念", conceptsSize: "个概念", cooccurrences: "共现关系",
   frequency: "频次", backToCommunity: "社区视图", searchConcepts: "搜索概念",
   noReportsToRead: "这个惰性索引没有可供它阅读的社区报告",
-  budget: "预算", budgetDefault: "默认", budgetHelp: "模型最多检验多少个原文片段的相关性",
+  budget: "预算", budgetDefault: "默认", budgetHelp: "原文片段的相关性检验次数，全部用完：次数越多，读到的语料越多，调用也越多（lazy.tester: embedding 时检验不调用模型，预算不起作用）",
   unitsTested: "个片段已检验", relevant: "个相关",
 };
 
