@@ -58,6 +58,14 @@ class ModelSettings(_Section):
     max_retries: int = Field(6, ge=0, le=50)
     retry_base_seconds: float = Field(1.0, ge=0, description="first back-off delay; doubles each retry")
     timeout: float = Field(300.0, gt=0, description="seconds per request")
+    # Outages (sensegraph/llm/endpoints.py): a server that fails OUT_AFTER_FAILURES times in a
+    # row is out for a cool-down that doubles per outage (not per fault) up to the cap; then one
+    # probe request is let through, and its success puts the server back. When every server of
+    # the model has been out this long, its calls fail at once instead of waiting: the step
+    # records them as failed, the run ends, and a rerun resumes.
+    outage_cool_down: float = Field(0.5, gt=0, description="seconds a failing server is first out")
+    outage_cool_down_cap: float = Field(30.0, gt=0, description="longest cool-down between probes")
+    outage_timeout: float = Field(180.0, gt=0, description="seconds every server may be out before calls fail")
     price_per_1k_prompt: float = Field(0.0, ge=0)
     price_per_1k_completion: float = Field(0.0, ge=0)
     # Several servers of this one model (provider openai): calls go to the least loaded one

@@ -343,6 +343,11 @@ class MockServer:
         # a GPU server at its batch limit, so latency grows with the queue instead of staying flat.
         self.batch_limit = batch_limit
         self._batch: asyncio.Semaphore | None = None
+        # Set at any time to a fault ("503", "drop", "hang", "401" ...) that every request then
+        # gets, before script and rates: a server that goes down and comes back (None) mid-test.
+        self.down: str | None = None
+        # The headers of a 429 (tests and benchmarks set Retry-After values a real server sends).
+        self.retry_after_headers: dict[str, str] = {"Retry-After": RETRY_AFTER}
         self.last_headers: dict[str, str] = {}
         self.requests: deque[dict[str, Any]] = deque(maxlen=1000)  # the last request bodies
         self._seen: Counter[bytes] = Counter()  # occurrences per body: faults repeat per request order
@@ -438,6 +443,8 @@ class MockServer:
     # -- internals ---------------------------------------------------------------------------------
     def _fault(self, digest: bytes) -> str:
         with self._lock:
+            if self.down is not None:
+                return self.down
             if self.script:
                 return self.script.popleft()
             if not self.faults:
@@ -550,7 +557,7 @@ class MockServer:
                 return False
             if fault.isdigit():
                 status = int(fault)
-                headers = {"Retry-After": RETRY_AFTER} if status == 429 else {}
+                headers = dict(self.retry_after_headers) if status == 429 else {}
                 etype = "rate_limit_exceeded" if status == 429 else "server_error" if status >= 500 else "error"
                 self._send(writer, status, _error(f"mock fault {status}", etype), headers)
                 return True

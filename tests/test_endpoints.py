@@ -88,11 +88,10 @@ def test_a_rate_limiting_endpoint_is_paused_for_its_retry_after(servers):
     assert report[f"0: {limited.base_url}"]["out_of_rotation"] == 0  # a 429 is not a failure
 
 
-def test_a_failed_endpoint_comes_back_after_its_cool_down(servers, monkeypatch):
-    monkeypatch.setattr(endpoints_module, "COOL_DOWN_SECONDS", 0.2)
+def test_a_failed_endpoint_comes_back_after_its_cool_down(servers):
     flaky = servers(script=["503"] * 3)  # three faults, then healthy
     other = servers(latency=0.05)
-    client = chat(flaky.base_url, other.base_url)
+    client = chat(flaky.base_url, other.base_url, outage_cool_down=0.2)
 
     async def scenario():
         await ask_all_open(client, 6)  # the flaky one fails three times and leaves

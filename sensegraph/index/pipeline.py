@@ -91,7 +91,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
     numbering = Numbering(out) if keep_numbers or Numbering.kept_in(out) else None
     stats: dict[str, Any] = {"steps": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     failures: dict[str, list[str]] = {}
-    async with _models(settings, cache) as (usage, llm, embedder, background):
+    async with _models(settings, cache, log) as (usage, llm, embedder, background):
         steps = Steps(settings, out, stats, before_write=_budget_check(llm, out, stats, failures, command))
         # 1. documents -> 2. text units (no LLM; cheap, always recomputed to see input changes)
         docs = (await steps.run("documents", _documents, checkpoint=False, extra={"log": log})).tables["documents"]
@@ -195,7 +195,7 @@ def _responsive_loop() -> Iterator[None]:
 
 
 @asynccontextmanager
-async def _models(settings: Settings, cache: bool | None):
+async def _models(settings: Settings, cache: bool | None, log: Callable[[str], None] = print):
     """(usage, chat client, embedder, background): `background(task)` registers a task to cancel
     if the run ends early. Everything is closed also on an exception or a cancellation (Ctrl-C)."""
     usage = Usage(settings.chat.price_per_1k_prompt, settings.chat.price_per_1k_completion,
@@ -203,6 +203,8 @@ async def _models(settings: Settings, cache: bool | None):
     answer_cache = open_cache(settings, cache)
     llm = open_chat(settings, cache=answer_cache, usage=usage)
     embedder = open_embedder(settings, cache=answer_cache, usage=usage)
+    # Outage notices (a server refused, every server out) go where the run's messages go.
+    llm.endpoints.log = embedder.endpoints.log = log
     workers = None
     tasks: list[asyncio.Task] = []
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from ..config import ChatSettings
 from ..tokens import count_tokens
 from .cache import Cache, cache_key
-from .endpoints import Endpoints
+from .endpoints import REFUSALS, Endpoint, Endpoints, NoServer
 from .limits import backoff_delay
 from .transport import TRANSPORT_ERRORS, LLMError, Retryable, describe_error, open_client, transient
 from .usage import Usage
@@ -107,7 +107,7 @@ class ChatClient:
         self.usage = usage or Usage(settings.price_per_1k_prompt, settings.price_per_1k_completion)
         self.model = model or settings.model
         # `endpoint` resolves (base_url, model) lazily: the embedded server starts on first use.
-        self.endpoints = Endpoints(settings, base_url=base_url, resolve=endpoint, http_client=http_client)
+        self.endpoints = Endpoints(settings, base_url=base_url, resolve=endpoint, http_client=http_client, name="chat")
         self._secrets = tuple(e.api_key for e in self.endpoints.all) + (settings.api_key,)
         self.usage.pools["chat"] = self.endpoints
         # Set by the pipeline for `--ray`: the cluster's workers make the uncached calls.
@@ -275,24 +275,36 @@ class ChatClient:
         last_bad: str | None = None
         same_bad = 0
         failed_on = None  # the endpoint the last attempt faulted on: the retry goes elsewhere
-        for attempt in range(attempts):
+        attempt = 0  # attempts spent; a server that refused (401/403/404) spends none
+        sent = 0
+        while attempt < attempts:
             self._check_budget(step, item)  # before waiting for a slot or the rate limiter
-            if attempt:
+            if sent:
                 use.retries += 1
+            sent += 1
+            endpoint: Endpoint | None = None
             try:
-                content, usage = await self._request(messages, max_tokens, temperature, schema, json_schema,
-                                                     vary, step, item, shown, estimate, failed_on)
+                content, usage, endpoint = await self._request(messages, max_tokens, temperature, schema, json_schema,
+                                                               vary, step, item, shown, estimate, failed_on)
                 # Tokens of a rejected answer are billed too; `calls` counts only answers we keep.
                 self.usage.add_chat(step, usage[0] or sum(count_tokens(m["content"]) for m in messages),
                                     usage[1] or count_tokens(content), usage[2])
                 if schema is not None:
                     content, cut = _validated(content, schema, json_schema)
                     use.truncated += cut
+                self.endpoints.answered(endpoint)
                 use.calls += 1
                 if self.cache is not None:
                     self.cache.put_json(key, {"content": content})
                 return content
+            except _Refused as exc:
+                # That server is out for the run (logged); the request itself was never the problem.
+                last, failed_on = str(exc), exc.endpoint
             except Retryable as exc:
+                if exc.endpoint is None and endpoint is not None:
+                    # A 200 whose content failed validation: that server's fault, for the retry's choice.
+                    exc.endpoint = endpoint
+                    self.endpoints.invalid(endpoint)
                 last = str(exc)
                 failed_on = exc.endpoint
                 if schema is not None and exc.answer is not None:
@@ -300,22 +312,33 @@ class ChatClient:
                     if vary or exc.repeats or same_bad >= SAME_BAD_ANSWERS_BEFORE_VARYING:
                         vary += 1
                     last_bad = exc.answer
-                if attempt + 1 < attempts:
-                    await asyncio.sleep(backoff_delay(attempt, self.settings.retry_base_seconds,
-                                                      retry_after=exc.retry_after))
+                attempt += 1
+                if attempt < attempts:
+                    await asyncio.sleep(self._retry_delay(attempt - 1, exc))
+            except NoServer as exc:
+                use.failures.append(item or step)
+                raise LLMError(purpose, str(exc), attempt) from None
             except openai.APIStatusError as exc:
                 use.failures.append(item or step)
                 raise LLMError(purpose, describe_error(exc, self._secrets), attempt + 1) from None
         use.failures.append(item or step)
         raise LLMError(purpose, last, attempts)
 
+    def _retry_delay(self, attempt: int, fault: Retryable) -> float:
+        """The back-off before a retry. A server's Retry-After binds only that server: when
+        another one is idle, the retry goes there after the usual short back-off instead."""
+        elsewhere = fault.endpoint is not None and self.endpoints.ready_elsewhere(fault.endpoint)
+        return backoff_delay(attempt, self.settings.retry_base_seconds,
+                             retry_after=None if elsewhere else fault.retry_after)
+
     async def _request(
         self, messages: Messages, max_tokens: int, temperature: float,
         schema: type[BaseModel] | None, json_schema: dict | None, vary: int, step: str, item: str = "",
         shown: _Shown | None = None, estimate: int = 0, avoid: Any = None,
-    ) -> tuple[str, Usage3]:
+    ) -> tuple[str, Usage3, Endpoint]:
         """One HTTP request (streamed when `shown` is given) on the endpoint that has a slot: the
-        answer and its token counts, or Retryable for a transient fault or an unusable answer."""
+        answer, its token counts and the endpoint, or Retryable for a transient fault or an
+        unusable answer (_Refused when that server refused and another is left)."""
         kwargs: dict[str, Any] = dict(messages=messages, max_tokens=max_tokens, temperature=temperature)
         # The body's fields the library would walk, field by field, to "transform" them (1.6 ms
         # of CPU per call for a schema and a few messages, a third of the client's cost) go in
@@ -357,13 +380,21 @@ class ChatClient:
                         chunks = await client.chat.completions.create(
                             **kwargs, stream=True, stream_options={"include_usage": True})
                         content, finish, usage = await _read_stream(chunks, shown)
+                except Retryable as fault:  # a reply without choices, a stream that differs
+                    self.endpoints.invalid(endpoint)
+                    fault.endpoint = endpoint
+                    raise
                 except (openai.OpenAIError, *TRANSPORT_ERRORS, json.JSONDecodeError) as exc:
                     if (fault := transient(exc, self._secrets)) is None:
+                        if isinstance(exc, openai.APIStatusError) and exc.status_code in REFUSALS:
+                            self.endpoints.refuse(endpoint, exc.status_code, describe_error(exc, self._secrets))
+                            if self.endpoints.unavailable() is None:
+                                raise _Refused(describe_error(exc, self._secrets), endpoint) from None
                         raise
                     self.endpoints.faulted(endpoint, fault, rate_limited=isinstance(exc, openai.RateLimitError))
                     fault.endpoint = endpoint
                     raise fault from None
-                self.endpoints.answered(endpoint)
+                self.endpoints.replied(endpoint)
         except (openai.OpenAIError, *TRANSPORT_ERRORS, json.JSONDecodeError) as exc:
             if (fault := transient(exc, self._secrets)) is not None:
                 raise fault from None
@@ -375,15 +406,28 @@ class ChatClient:
                                            item, shown, estimate, avoid)
             raise
         if not content.strip():
-            raise Retryable(f"empty answer (finish_reason={finish})", answer=content)
+            raise self._rejected(endpoint, Retryable(f"empty answer (finish_reason={finish})", answer=content))
         if schema is not None and finish == "length":
             # The model itself ran out of tokens: the identical request would run out again.
-            raise Retryable(f"answer cut off at max_tokens={max_tokens} before the JSON was complete",
-                            answer=content, repeats=True)
-        return content, usage
+            raise self._rejected(endpoint, Retryable(
+                f"answer cut off at max_tokens={max_tokens} before the JSON was complete", answer=content, repeats=True))
+        return content, usage, endpoint
+
+    def _rejected(self, endpoint: Endpoint, fault: Retryable) -> Retryable:
+        self.endpoints.invalid(endpoint)
+        fault.endpoint = endpoint
+        return fault
 
     async def aclose(self) -> None:
         await self.endpoints.aclose()
+
+
+class _Refused(Retryable):
+    """A server refused (401/403/404) and is out for the run; another one is left to try."""
+
+    def __init__(self, reason: str, endpoint: Endpoint):
+        super().__init__(reason)
+        self.endpoint = endpoint
 
 
 def _with_hint(messages: Messages, hint: str) -> Messages:

@@ -20,7 +20,7 @@ from ..config import EmbeddingSettings
 from ..tokens import count_tokens
 from .cache import Cache, cache_key
 from .limits import backoff_delay
-from .endpoints import Endpoint, Endpoints
+from .endpoints import REFUSALS, Endpoint, Endpoints, NoServer
 from .transport import TRANSPORT_ERRORS, LLMError, Retryable, describe_error, transient
 from .usage import Usage
 
@@ -95,7 +95,7 @@ class Embedder:
         self.usage = usage or Usage(settings.price_per_1k_prompt, settings.price_per_1k_completion)
         self._http_client = http_client
         # The remote servers (one, or several: embedding.endpoints); unused by the local model.
-        self.endpoints = Endpoints(settings, http_client=http_client)
+        self.endpoints = Endpoints(settings, http_client=http_client, name="embedding")
         self._secrets = tuple(e.api_key for e in self.endpoints.all) + (settings.api_key,)
         self.usage.pools["embedding"] = self.endpoints
         # Set by the pipeline for `--ray`: the cluster's workers embed the uncached batches.
@@ -204,23 +204,39 @@ class Embedder:
         attempts = s.max_retries + 1
         last = ""
         failed_on = None  # the endpoint the last attempt faulted on: the retry goes elsewhere
-        for attempt in range(attempts):
-            if attempt:
+        attempt = 0  # attempts spent; a server that refused (401/403/404) spends none
+        sent = 0
+        while attempt < attempts:
+            if sent:
                 use.retries += 1
+            sent += 1
+            endpoint: Endpoint | None = None
             try:
                 async with self.endpoints.slot(failed_on) as endpoint:
                     await endpoint.limiter.acquire(estimate)
                     use.requests += 1
                     reply = await self._request(endpoint, kwargs)
                 vectors, tokens = _vectors_of(reply, len(batch))
+                self.endpoints.answered(endpoint)
                 use.calls += 1
                 use.prompt_tokens += tokens or sum(count_tokens(t) for t in batch)
                 return vectors
+            except _Refused as exc:
+                last, failed_on = str(exc), exc.endpoint
             except Retryable as exc:
+                if exc.endpoint is None and endpoint is not None:
+                    exc.endpoint = endpoint  # an unusable reply: that server's fault, for the retry's choice
+                    self.endpoints.invalid(endpoint)
                 last = str(exc)
                 failed_on = exc.endpoint
-                if attempt + 1 < attempts:
-                    await asyncio.sleep(backoff_delay(attempt, s.retry_base_seconds, retry_after=exc.retry_after))
+                attempt += 1
+                if attempt < attempts:
+                    elsewhere = self.endpoints.ready_elsewhere(failed_on)
+                    await asyncio.sleep(backoff_delay(attempt - 1, s.retry_base_seconds,
+                                                      retry_after=None if elsewhere else exc.retry_after))
+            except NoServer as exc:
+                use.failures.append(f"{step} batch {number}")
+                raise LLMError(purpose, str(exc), attempt) from None
             except openai.APIStatusError as exc:
                 use.failures.append(f"{step} batch {number}")
                 raise LLMError(purpose, describe_error(exc, self._secrets), attempt + 1) from None
@@ -234,15 +250,27 @@ class Embedder:
             raw = await self.endpoints.client(endpoint).embeddings.with_raw_response.create(
                 model=endpoint.model or self.settings.model, encoding_format="base64", **kwargs)
             reply = raw.http_response.json()
-            self.endpoints.answered(endpoint)
+            self.endpoints.replied(endpoint)
             return reply
         except (openai.OpenAIError, *TRANSPORT_ERRORS, ValueError) as exc:
             if (fault := transient(exc, self._secrets)) is not None:
                 self.endpoints.faulted(endpoint, fault, rate_limited=isinstance(exc, openai.RateLimitError))
                 fault.endpoint = endpoint
                 raise fault from None
+            if isinstance(exc, openai.APIStatusError) and exc.status_code in REFUSALS:
+                self.endpoints.refuse(endpoint, exc.status_code, describe_error(exc, self._secrets))
+                if self.endpoints.unavailable() is None:
+                    raise _Refused(describe_error(exc, self._secrets), endpoint) from None
             if isinstance(exc, ValueError):
                 # A reply without vectors ("No embedding data received"): a garbled answer, so
                 # ask again rather than crash the whole step.
                 raise Retryable(f"unusable reply from the server: {str(exc)[:200]}") from None
             raise
+
+
+class _Refused(Retryable):
+    """A server refused (401/403/404) and is out for the run; another one is left to try."""
+
+    def __init__(self, reason: str, endpoint: Endpoint):
+        super().__init__(reason)
+        self.endpoint = endpoint

@@ -13,14 +13,32 @@ its last Retry-After, whether it just failed).
   waiter made the client's CPU per call grow with the number of waiters (a step that started
   all its items at once spent 17 ms per call re-checking the servers).
 - Limits: each server has its own concurrency and requests/tokens per minute.
-- Rate limiting: a 429 pauses that server for its Retry-After (or a second) for every request,
-  not only the one that got it, so the others go elsewhere instead of hitting it again; with
-  several servers, each further 429 in a row doubles the pause (up to RATE_LIMIT_CAP).
+- Rate limiting: a 429 pauses that server for its Retry-After (or a second; capped at
+  limits.RETRY_AFTER_CAP) for every request, not only the one that got it, so the others go
+  elsewhere instead of hitting it again; with several servers, each further 429 in a row
+  doubles the pause (up to RATE_LIMIT_CAP).
 - Retries: a request whose attempt failed on a server takes another ready server next.
-- Failures: after OUT_AFTER_FAILURES transient faults in a row (5xx, timeouts, refused
-  connections) a server leaves the rotation for a cool-down (COOL_DOWN_SECONDS, doubled each
-  time it fails again on its return, up to COOL_DOWN_CAP); when it is back one success puts it
-  fully back. With a single server there is nothing to fail over to, so only Retry-After pauses.
+- Outages, as a load balancer handles them: after OUT_AFTER_FAILURES transient faults in a row
+  (5xx, timeouts, refused connections) a server is out for a cool-down (`outage_cool_down`).
+  The cool-down doubles per *outage* (each failed probe), up to `outage_cool_down_cap`, never
+  per fault: requests already in flight when it went out fail too, and counting them doubled an
+  8-request burst to a two-minute pause. When the cool-down ends exactly one request, the
+  probe, is let through (half-open); its success (any HTTP answer) puts the server fully back,
+  its failure starts the next, doubled, cool-down. A returning server thus gets one request,
+  not full traffic at once, and a server that flaps is back within one cool-down of recovering.
+  The same holds for a single server: waiting for its probe costs no attempt of any item.
+- Refusals: 401, 403 and 404 say the key, the permission or the model is wrong on that server;
+  the identical request would get the same answer. The server is out for the rest of the run
+  (one log line says which and why), and the request tries another one.
+- Nothing can answer: when every server has been out continuously for `outage_timeout`, or all
+  refused, waiting requests and new ones fail at once with NoServer (one line naming each
+  server and its last error), so a step records its items as failed and the run ends instead of
+  stalling for hours. Cool-downs still end, so a probe may still bring a server back (a
+  long-running `serve` recovers). While every server is out a line is logged every
+  LOG_EVERY seconds ("waiting: all servers of chat are out (2 of 2) for 45 s").
+- Answers that fail validation (garbage 200s) are that server's fault for the retry's choice:
+  the retry avoids it, and a server whose last INVALID_IN_ROW answers were all rejected is
+  taken only when the others are full.
 - Cache keys name the model, not the server, so an answer is found again whichever served it.
 
 The request's own retries (per item, in client.py and embeddings.py) are unchanged: a retry
@@ -30,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -44,12 +63,21 @@ from .limits import RateLimiter
 from .transport import Retryable, open_client
 
 OUT_AFTER_FAILURES = 3
-COOL_DOWN_SECONDS = 5.0
-COOL_DOWN_CAP = 120.0
 RATE_LIMIT_PAUSE = 1.0  # a 429 without Retry-After
 # A server answering 429 again and again is paused longer each time (doubling from its
 # Retry-After, up to this), so the requests go to the others instead of queueing for it.
 RATE_LIMIT_CAP = 60.0
+# Rejected answers in a row after which a server is taken only when the others are full.
+INVALID_IN_ROW = 3
+LOG_EVERY = 15.0  # seconds between "waiting: all servers ... are out" lines
+REFUSALS = (401, 403, 404)
+
+_logger = logging.getLogger("sensegraph.llm")
+
+
+class NoServer(Exception):
+    """No server of the model can take a request: every one refused (401/403/404), or all have
+    been out for `outage_timeout`. The message is one line naming each server and its last error."""
 
 
 @dataclass
@@ -57,10 +85,13 @@ class EndpointUsage:
     """What one server did, for stats (reported when there is more than one)."""
 
     requests: int = 0
-    answers: int = 0  # requests that got an HTTP answer (the caller may still reject it)
+    answers: int = 0  # requests whose answer was kept (valid)
+    invalid: int = 0  # HTTP answers the caller rejected (schema, empty, unusable vectors)
     faults: int = 0  # transient faults: 5xx, timeouts, dropped or refused connections
     rate_limited: int = 0  # 429s
-    out_of_rotation: int = 0  # times it was taken out after failing in a row
+    out_of_rotation: int = 0  # outages: times it was taken out after failing in a row
+    probes: int = 0  # requests let through at the end of a cool-down
+    refused: int = 0  # 401/403/404 answers (the first takes it out for the run)
 
 
 @dataclass
@@ -74,15 +105,37 @@ class Endpoint:
     concurrency: int
     limiter: RateLimiter
     in_flight: int = 0
-    paused_until: float = 0.0
+    paused_until: float = 0.0  # a 429's pause
     failures_in_row: int = 0
     limited_in_row: int = 0
-    cool_down: float = field(default_factory=lambda: COOL_DOWN_SECONDS)
+    invalid_in_row: int = 0
+    # The current outage: when it began (None: in rotation), its cool-down, when that ends.
+    out_since: float | None = None
+    cool_down: float = 0.0
+    back_at: float = 0.0
+    # The task whose request is the probe (set while it is in flight): only its outcome ends
+    # or extends the outage; faults of requests sent before the outage began say nothing new.
+    probe: Any = None
+    refused: str | None = None  # why it is out for the run (401/403/404)
+    refused_at: float = 0.0
+    last_error: str = ""
     usage: EndpointUsage = field(default_factory=EndpointUsage)
     client: openai.AsyncOpenAI | None = None
 
     def ready(self, now: float) -> bool:
-        return self.in_flight < self.concurrency and now >= self.paused_until
+        if self.refused is not None or self.in_flight >= self.concurrency or now < self.paused_until:
+            return False
+        return self.out_since is None or (now >= self.back_at and self.probe is None)
+
+    def room(self, now: float) -> int:
+        """Requests it can take now: its free slots in rotation, one (the probe) half-open."""
+        if not self.ready(now):
+            return 0
+        return self.concurrency - self.in_flight if self.out_since is None else 1
+
+    @property
+    def out(self) -> bool:
+        return self.refused is not None or self.out_since is not None
 
     @property
     def load(self) -> float:
@@ -93,12 +146,16 @@ class Endpoints:
     """The servers of one model section (`chat` or `embedding`).
 
     `resolve` (the embedded model) gives (base_url, model) of the one server on first use: the
-    embedded server starts only when a call needs it."""
+    embedded server starts only when a call needs it. `log` takes the one-line notices (a
+    server refused, every server out); the pipeline passes its own, the default is logging."""
 
     def __init__(self, settings: ModelSettings, *, base_url: str | None = None,
                  resolve: Callable[[], Awaitable[tuple[str, str]]] | None = None,
-                 http_client: httpx.AsyncClient | None = None):
+                 http_client: httpx.AsyncClient | None = None, name: str = "chat",
+                 log: Callable[[str], None] | None = None):
         self.settings = settings
+        self.name = name
+        self.log: Callable[[str], None] = log or _logger.warning
         self._resolve = resolve
         self._http_client = http_client
         s = settings
@@ -117,6 +174,10 @@ class Endpoints:
         self._woken = 0
         self._timer: asyncio.TimerHandle | None = None  # wakes waiters when a pause ends
         self._timer_loop: asyncio.AbstractEventLoop | None = None
+        self._report: asyncio.TimerHandle | None = None  # the "waiting: ..." line while all are out
+        self._report_loop: asyncio.AbstractEventLoop | None = None
+        self._all_out_logged = False
+        self._failing_logged = False
         self._resolved = resolve is None
         self._resolve_lock = asyncio.Lock()
 
@@ -140,29 +201,71 @@ class Endpoints:
     @contextlib.asynccontextmanager
     async def slot(self, avoid: Endpoint | None = None) -> AsyncIterator[Endpoint]:
         """A request's place on one server, held for the whole request. A retry passes the
-        server its last attempt failed on as `avoid`: another ready server is taken first."""
+        server its last attempt failed on as `avoid`: another ready server is taken first.
+        Raises NoServer when no server can answer (see the module's docstring)."""
         await self.resolved()
         endpoint = await self._acquire(avoid)
         try:
             yield endpoint
         finally:
             endpoint.in_flight -= 1
+            if endpoint.probe is not None and endpoint.probe is asyncio.current_task():
+                # The probe ended without a verdict (cancelled, a 400 ...): the next request probes.
+                endpoint.probe = None
             self._wake()
 
+    # -- choosing a server ------------------------------------------------------------------------
     def _free(self, now: float) -> int:
         """Slots that can be taken now and are not promised to a woken waiter."""
-        return sum(e.concurrency - e.in_flight for e in self.all if e.ready(now)) - self._woken
+        return sum(e.room(now) for e in self.all) - self._woken
 
     def _take(self, avoid: Endpoint | None, now: float) -> Endpoint:
         ready = [e for e in self.all if e.ready(now)]
-        endpoint = min(ready, key=lambda e: (e is avoid, e.load, e.usage.requests))
+        # A half-open server's probe goes first (else under light load it would never come
+        # back); a server that keeps giving rejected answers goes last.
+        endpoint = min(ready, key=lambda e: (e is avoid, e.out_since is None, e.invalid_in_row >= INVALID_IN_ROW,
+                                             e.load, e.usage.requests))
         endpoint.in_flight += 1
         endpoint.usage.requests += 1
+        if endpoint.out_since is not None:
+            endpoint.probe = asyncio.current_task()
+            endpoint.usage.probes += 1
         return endpoint
 
+    def unavailable(self, now: float | None = None) -> str | None:
+        """Why no server can answer (NoServer's message), or None while one may."""
+        now = time.monotonic() if now is None else now
+        if all(e.refused is not None for e in self.all):
+            return f"every server of {self.name} refused the request ({self._servers()})"
+        since = self._all_out_since()
+        timeout = self.settings.outage_timeout
+        if since is not None and now - since >= timeout:
+            n = len(self.all)
+            return (f"no server of {self.name} has answered for {now - since:.0f} s "
+                    f"({n} of {n} out; {self.name}.outage_timeout = {timeout:g}): {self._servers()}")
+        return None
+
+    def _all_out_since(self) -> float | None:
+        """Since when every server has been out (None: one is in rotation)."""
+        if not all(e.out for e in self.all):
+            return None
+        return max(e.out_since if e.out_since is not None else e.refused_at for e in self.all)
+
+    def _servers(self) -> str:
+        return "; ".join(f"{e.base_url}: {e.refused or e.last_error or 'no answer'}" for e in self.all)
+
+    def ready_elsewhere(self, endpoint: Endpoint | None) -> bool:
+        """Whether another server than `endpoint` can take a request now (a retry then need not
+        sleep out a Retry-After)."""
+        now = time.monotonic()
+        return any(e is not endpoint and e.ready(now) for e in self.all)
+
     async def _acquire(self, avoid: Endpoint | None) -> Endpoint:
-        if not self._waiters and self._free(time.monotonic()) > 0:
-            return self._take(avoid, time.monotonic())
+        now = time.monotonic()
+        if not self._waiters and self._free(now) > 0:
+            return self._take(avoid, now)
+        if (why := self.unavailable(now)) is not None:
+            raise NoServer(why)
         loop = asyncio.get_running_loop()
         first = False  # a woken waiter that found its slot gone keeps its place at the front
         while True:
@@ -187,15 +290,19 @@ class Endpoints:
             now = time.monotonic()
             if any(e.ready(now) for e in self.all):
                 return self._take(avoid, now)
+            if (why := self.unavailable(now)) is not None:
+                self._wake()  # the next in line fails too
+                raise NoServer(why)
             first = True  # its server was paused (a 429) between the wake-up and now
 
     def _wake(self) -> None:
-        """Wake one waiter per slot that can be taken now; if every server with room is paused,
-        arrange one wake-up for when the first pause ends."""
+        """Wake one waiter per slot that can be taken now (every waiter when no server can
+        answer: they fail); otherwise arrange one wake-up for when the first pause, cool-down or
+        the outage deadline ends."""
         if not self._waiters:
             return
         now = time.monotonic()
-        free = self._free(now)
+        free = len(self._waiters) if self.unavailable(now) is not None else self._free(now)
         while free > 0 and self._waiters:
             waiter = self._waiters.popleft()
             if waiter.done():  # cancelled, its task not yet run to remove it
@@ -204,7 +311,11 @@ class Endpoints:
             self._woken += 1
             free -= 1
         if self._waiters:
-            ends = [e.paused_until for e in self.all if e.paused_until > now and e.in_flight < e.concurrency]
+            ends = [max(e.paused_until, e.back_at if e.out_since is not None else 0.0) for e in self.all
+                    if e.refused is None and e.in_flight < e.concurrency and e.probe is None]
+            ends = [t for t in ends if t > now]
+            if (since := self._all_out_since()) is not None:
+                ends.append(since + self.settings.outage_timeout)
             if ends:
                 self._wake_at(min(ends) - now)
 
@@ -231,34 +342,117 @@ class Endpoints:
         return endpoint.client
 
     # -- what happened ----------------------------------------------------------------------------
+    def replied(self, endpoint: Endpoint) -> None:
+        """The server gave an HTTP answer (valid or not): it is up, and in rotation again."""
+        endpoint.failures_in_row = 0
+        if endpoint.out_since is not None:
+            was_all_out = self._all_out_since() is not None
+            endpoint.out_since = None
+            endpoint.probe = None
+            if was_all_out:
+                self._all_out_logged = self._failing_logged = False
+                self.log(f"{self.name}: {endpoint.base_url} answers again after an outage")
+            self._wake()  # a server back in rotation: its slots are free again
+
     def answered(self, endpoint: Endpoint) -> None:
+        """An answer the caller kept."""
+        self.replied(endpoint)
         endpoint.usage.answers += 1
-        endpoint.failures_in_row = endpoint.limited_in_row = 0
-        endpoint.cool_down = COOL_DOWN_SECONDS
+        endpoint.limited_in_row = endpoint.invalid_in_row = 0
+
+    def invalid(self, endpoint: Endpoint) -> None:
+        """An HTTP answer the caller rejected (not the schema, empty, no vectors): the server is
+        up, but the retry should go elsewhere, and it is not a success."""
+        self.replied(endpoint)
+        endpoint.usage.invalid += 1
+        endpoint.invalid_in_row += 1
+
+    def refuse(self, endpoint: Endpoint, status: int, reason: str) -> None:
+        """A 401/403/404: out for the rest of the run, said once."""
+        endpoint.usage.refused += 1
+        if endpoint.refused is not None:
+            return
+        endpoint.refused = f"HTTP {status}: {reason}"
+        endpoint.refused_at = time.monotonic()
+        endpoint.probe = None
+        left = sum(e.refused is None for e in self.all)
+        self.log(f"{self.name}: {endpoint.base_url} refused with HTTP {status} ({reason}); taken out of rotation "
+                 f"for this run ({left} of {len(self.all)} servers left)")
+        self._all_out_changed()
+        self._wake()
 
     def faulted(self, endpoint: Endpoint, fault: Retryable, *, rate_limited: bool) -> None:
         """A transient fault of `endpoint`: pause it for a 429, take it out after several faults."""
         now = time.monotonic()
+        endpoint.last_error = str(fault)
         if rate_limited:
             endpoint.usage.rate_limited += 1
             endpoint.limited_in_row += 1
+            self.replied(endpoint)  # it answered: up, only busy
             pause = fault.retry_after if fault.retry_after is not None else RATE_LIMIT_PAUSE
             if self.several:
                 pause = min(RATE_LIMIT_CAP, max(pause, pause * 2 ** (endpoint.limited_in_row - 1)))
             endpoint.paused_until = max(endpoint.paused_until, now + pause)
             return
         endpoint.usage.faults += 1
+        s = self.settings
+        if endpoint.out_since is not None:
+            if endpoint.probe is not None and endpoint.probe is asyncio.current_task():
+                # The probe failed: the outage goes on, with the next (doubled) cool-down.
+                endpoint.probe = None
+                endpoint.cool_down = min(s.outage_cool_down_cap, endpoint.cool_down * 2)
+                endpoint.back_at = now + endpoint.cool_down
+            # else: a request sent before the outage began; the outage is known already
+            return
         endpoint.failures_in_row += 1
-        if self.several and endpoint.failures_in_row >= OUT_AFTER_FAILURES:
-            endpoint.paused_until = max(endpoint.paused_until, now + endpoint.cool_down)
+        if endpoint.failures_in_row >= OUT_AFTER_FAILURES:
+            endpoint.out_since = now
+            endpoint.cool_down = min(s.outage_cool_down_cap, s.outage_cool_down)
+            endpoint.back_at = now + endpoint.cool_down
             endpoint.usage.out_of_rotation += 1
-            endpoint.cool_down = min(COOL_DOWN_CAP, endpoint.cool_down * 2)
+            self._all_out_changed()
+
+    # -- while every server is out: one line now and then ------------------------------------------
+    def _all_out_changed(self) -> None:
+        if self._all_out_since() is None or self._all_out_logged:
+            return
+        self._all_out_logged = True
+        self._log_waiting()
+
+    def _log_waiting(self) -> None:
+        self._report = None
+        since = self._all_out_since()
+        if since is None:
+            self._all_out_logged = False
+            return
+        now = time.monotonic()
+        n = len(self.all)
+        if (why := self.unavailable(now)) is not None:
+            if not self._failing_logged:
+                self._failing_logged = True
+                self.log(f"{why}; failing its calls")
+        else:
+            self.log(f"waiting: all servers of {self.name} are out ({n} of {n}) for {now - since:.0f} s "
+                     f"(fails in {since + self.settings.outage_timeout - now:.0f} s): {self._servers()}")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        left = since + self.settings.outage_timeout - now
+        delay = min(LOG_EVERY, left) if left > 0 else LOG_EVERY
+        self._report_loop = loop
+        self._report = loop.call_later(max(0.01, delay), self._log_waiting)
 
     def report(self) -> dict[str, dict[str, Any]]:
         """Per-server usage, keyed by address (stats.json `llm.endpoints`)."""
         return {f"{n}: {e.base_url}": asdict(e.usage) for n, e in enumerate(self.all)}
 
     async def aclose(self) -> None:
+        for handle in (self._timer, self._report):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._report = None
+        self._all_out_logged = False
         for endpoint in self.all:
             if endpoint.client is not None:
                 await endpoint.client.close()

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections import deque
+from typing import Any
 
 
 class RateLimiter:
@@ -48,15 +50,37 @@ def backoff_delay(attempt: int, base: float, cap: float = 60.0, retry_after: flo
     return delay
 
 
-def parse_retry_after(value: str | None) -> float | None:
+# The longest Retry-After obeyed. A server asking for an hour (or "inf") would otherwise stall
+# the run on it; past this the outage rules (endpoints.py) decide, and other servers are tried.
+RETRY_AFTER_CAP = 60.0
+
+
+def parse_retry_after(value: str | None, *, milliseconds: bool = False) -> float | None:
+    """Seconds from a Retry-After value (seconds or an HTTP date; with `milliseconds`, the
+    `retry-after-ms` header's number), capped at RETRY_AFTER_CAP; None when absent or garbage
+    ("inf" and "nan" are garbage, never an infinite pause)."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value) / (1000.0 if milliseconds else 1.0)
     except ValueError:
+        if milliseconds:
+            return None
         from email.utils import parsedate_to_datetime
 
         try:
-            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError):
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError):
             return None
+    if not math.isfinite(seconds):
+        return None
+    return min(RETRY_AFTER_CAP, max(0.0, seconds))
+
+
+def retry_after_of(headers: Any) -> float | None:
+    """The pause a 429's headers ask for: `retry-after-ms` (OpenAI, Azure) wins over
+    `retry-after`, as the more precise of the two."""
+    if headers is None:
+        return None
+    ms = parse_retry_after(headers.get("retry-after-ms"), milliseconds=True)
+    return ms if ms is not None else parse_retry_after(headers.get("retry-after"))

@@ -15,7 +15,7 @@ import httpx
 import openai
 
 from ..config import ModelSettings
-from .limits import parse_retry_after
+from .limits import retry_after_of
 
 
 class LLMError(RuntimeError):
@@ -77,7 +77,7 @@ def transient(exc: BaseException, secret: str | tuple[str | None, ...] | None = 
     timeout, dropped connection, a body cut off in transfer), or None for one it would hit again
     (401, 404, a 400 the caller may handle)."""
     if isinstance(exc, openai.RateLimitError):
-        return Retryable(describe_error(exc, secret), parse_retry_after(exc.response.headers.get("retry-after")))
+        return Retryable(describe_error(exc, secret), retry_after_of(exc.response.headers))
     if isinstance(exc, openai.APIStatusError):
         if exc.status_code >= 500 or exc.status_code in (408, 409):
             return Retryable(describe_error(exc, secret))
