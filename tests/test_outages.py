@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from pydantic import BaseModel
@@ -211,7 +212,7 @@ def test_when_every_server_refused_calls_fail_clearly_and_at_once(servers):
 def test_a_server_answering_garbage_is_avoided_by_the_retry_and_then_by_new_calls(servers):
     garbage = servers(faults={"invalid": 1.0})  # 200s that fail the schema
     fine = servers()
-    client = chat(garbage.base_url, fine.base_url)
+    client = chat(garbage.base_url, fine.base_url, outage_cool_down=30)  # no probe during the test
 
     async def scenario():
         for i in range(10):  # one after another, so each call chooses anew
@@ -222,16 +223,17 @@ def test_a_server_answering_garbage_is_avoided_by_the_retry_and_then_by_new_call
     asyncio.run(scenario())
     use = client.usage.step("extract")
     # Each garbage answer cost one retry, which went to the other server; after INVALID_IN_ROW
-    # rejected answers in a row the garbage server is taken only when the other one is full.
+    # rejected answers in a row, while the other answers well, the garbage server is out.
     assert garbage.stats["requests"] == endpoints_module.INVALID_IN_ROW == use.retries
-    assert report(client, garbage.base_url)["invalid"] == endpoints_module.INVALID_IN_ROW
-    assert report(client, garbage.base_url)["answers"] == 0
+    bad = report(client, garbage.base_url)
+    assert bad["invalid"] == endpoints_module.INVALID_IN_ROW and bad["answers"] == 0 and bad["out_of_rotation"] == 1
     assert fine.stats["requests"] == 10 and not use.failures
 
 
 def test_garbage_embedding_replies_count_against_their_server(servers):
     garbage, fine = servers(faults={"invalid": 1.0}), servers()
     settings = EmbeddingSettings(provider="openai", model="e", api_key="k", batch_size=1, retry_base_seconds=0.01,
+                                 outage_cool_down=30,
                                  endpoints=[{"base_url": garbage.base_url, "concurrency": 1},
                                             {"base_url": fine.base_url, "concurrency": 1}])
     embedder = Embedder(settings, cache=None)
@@ -248,7 +250,49 @@ def test_garbage_embedding_replies_count_against_their_server(servers):
     assert garbage.stats["requests"] == endpoints_module.INVALID_IN_ROW == use.retries and not use.failures
 
 
+def test_when_every_server_answers_garbage_none_is_taken_out_for_it(servers):
+    a, b = servers(faults={"invalid": 1.0}), servers(faults={"invalid": 1.0})
+    client = chat(a.base_url, b.base_url, max_retries=3)
+
+    async def scenario():
+        try:
+            return await ask(client, 4)
+        finally:
+            await client.aclose()
+
+    answers = asyncio.run(scenario())
+    assert all(isinstance(x, LLMError) and "does not match schema" in str(x) for x in answers)
+    assert all(e.out_since is None for e in client.endpoints.all)  # the model is the problem, not a server
+
+
 # -- 3. Retry-After ---------------------------------------------------------------------------------
+def two(concurrency: int = 4) -> Endpoints:
+    return Endpoints(ChatSettings(provider="openai", model="m", api_key="k",
+                                  endpoints=[{"base_url": f"http://s{i}/v1", "concurrency": concurrency}
+                                             for i in range(2)]))
+
+
+def test_429s_of_requests_in_flight_are_one_pause_and_a_busy_server_still_counts_as_elsewhere():
+    eps = two()
+    limited, other = eps.all
+
+    async def scenario() -> None:
+        held = [eps.slot() for _ in range(8)]
+        got = [await cm.__aenter__() for cm in held]
+        assert got.count(limited) == 4 and got.count(other) == 4  # both full
+        for _ in range(4):  # the four requests in flight on `limited` all get a 429
+            eps.faulted(limited, Retryable("429", retry_after=0.05), rate_limited=True)
+        assert limited.limited_in_row == 1  # one series step, not four (a 0.4 s pause)
+        assert limited.paused_until - time.monotonic() <= 0.05
+        # `other` is full but not paused: a retry queues for it instead of sleeping out the 429
+        assert eps.ready_elsewhere(limited)
+        assert not eps.ready_elsewhere(other)  # (from `other`, the only other server is paused)
+        for cm in held:
+            await cm.__aexit__(None, None, None)
+
+    asyncio.run(scenario())
+
+
 def test_retry_after_is_capped_and_garbage_is_no_pause():
     assert parse_retry_after("3600") == RETRY_AFTER_CAP
     assert parse_retry_after("inf") is None and parse_retry_after("nan") is None

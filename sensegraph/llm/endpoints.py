@@ -16,7 +16,9 @@ its last Retry-After, whether it just failed).
 - Rate limiting: a 429 pauses that server for its Retry-After (or a second; capped at
   limits.RETRY_AFTER_CAP) for every request, not only the one that got it, so the others go
   elsewhere instead of hitting it again; with several servers, each further 429 in a row
-  doubles the pause (up to RATE_LIMIT_CAP).
+  doubles the pause (up to RATE_LIMIT_CAP). Only a 429 to a request sent after the pause began
+  counts as further: the 429s of requests already in flight are the same news. A retry after a
+  429 goes to another server that is not paused (queueing for its slot) instead of sleeping.
 - Retries: a request whose attempt failed on a server takes another ready server next.
 - Outages, as a load balancer handles them: after OUT_AFTER_FAILURES transient faults in a row
   (5xx, timeouts, refused connections) a server is out for a cool-down (`outage_cool_down`).
@@ -37,8 +39,9 @@ its last Retry-After, whether it just failed).
   long-running `serve` recovers). While every server is out a line is logged every
   LOG_EVERY seconds ("waiting: all servers of chat are out (2 of 2) for 45 s").
 - Answers that fail validation (garbage 200s) are that server's fault for the retry's choice:
-  the retry avoids it, and a server whose last INVALID_IN_ROW answers were all rejected is
-  taken only when the others are full.
+  the retry avoids it, and a server whose last INVALID_IN_ROW answers were all rejected while
+  another gives valid ones is out like a failing server (probed after its cool-down, which
+  doubles while no valid answer comes). When every server answers badly, none is taken out.
 - Cache keys name the model, not the server, so an answer is found again whichever served it.
 
 The request's own retries (per item, in client.py and embeddings.py) are unchanged: a retry
@@ -255,10 +258,11 @@ class Endpoints:
         return "; ".join(f"{e.base_url}: {e.refused or e.last_error or 'no answer'}" for e in self.all)
 
     def ready_elsewhere(self, endpoint: Endpoint | None) -> bool:
-        """Whether another server than `endpoint` can take a request now (a retry then need not
-        sleep out a Retry-After)."""
+        """Whether another server than `endpoint` is in rotation and not paused (a retry then
+        need not sleep out `endpoint`'s Retry-After: it queues for that server's next slot)."""
         now = time.monotonic()
-        return any(e is not endpoint and e.ready(now) for e in self.all)
+        return any(e is not endpoint and e.refused is None and now >= e.paused_until
+                   and (e.out_since is None or (now >= e.back_at and e.probe is None)) for e in self.all)
 
     async def _acquire(self, avoid: Endpoint | None) -> Endpoint:
         now = time.monotonic()
@@ -355,17 +359,25 @@ class Endpoints:
             self._wake()  # a server back in rotation: its slots are free again
 
     def answered(self, endpoint: Endpoint) -> None:
-        """An answer the caller kept."""
+        """An answer the caller kept: the server is fully well, its next outage starts afresh."""
         self.replied(endpoint)
         endpoint.usage.answers += 1
         endpoint.limited_in_row = endpoint.invalid_in_row = 0
+        endpoint.cool_down = 0.0
 
     def invalid(self, endpoint: Endpoint) -> None:
         """An HTTP answer the caller rejected (not the schema, empty, no vectors): the server is
-        up, but the retry should go elsewhere, and it is not a success."""
+        up, but the retry should go elsewhere, and it is not a success. One that keeps giving
+        them while another server gives valid answers (a proxy in front of the wrong model, a
+        broken deployment) is out like a failing one, probed after its cool-down. When every
+        server answers badly the model is the problem, and none is taken out for it."""
         self.replied(endpoint)
         endpoint.usage.invalid += 1
         endpoint.invalid_in_row += 1
+        if endpoint.invalid_in_row >= INVALID_IN_ROW and any(
+                e is not endpoint and not e.out and e.invalid_in_row < INVALID_IN_ROW for e in self.all):
+            endpoint.last_error = "its answers fail validation"
+            self._take_out(endpoint, time.monotonic())
 
     def refuse(self, endpoint: Endpoint, status: int, reason: str) -> None:
         """A 401/403/404: out for the rest of the run, said once."""
@@ -387,7 +399,10 @@ class Endpoints:
         endpoint.last_error = str(fault)
         if rate_limited:
             endpoint.usage.rate_limited += 1
-            endpoint.limited_in_row += 1
+            if now >= endpoint.paused_until:
+                # Only a 429 to a request sent after the last pause began extends the series: the
+                # requests in flight when the first came back say the same thing again.
+                endpoint.limited_in_row += 1
             self.replied(endpoint)  # it answered: up, only busy
             pause = fault.retry_after if fault.retry_after is not None else RATE_LIMIT_PAUSE
             if self.several:
@@ -406,11 +421,18 @@ class Endpoints:
             return
         endpoint.failures_in_row += 1
         if endpoint.failures_in_row >= OUT_AFTER_FAILURES:
-            endpoint.out_since = now
-            endpoint.cool_down = min(s.outage_cool_down_cap, s.outage_cool_down)
-            endpoint.back_at = now + endpoint.cool_down
-            endpoint.usage.out_of_rotation += 1
-            self._all_out_changed()
+            self._take_out(endpoint, now)
+
+    def _take_out(self, endpoint: Endpoint, now: float) -> None:
+        """An outage begins. Its cool-down starts at `outage_cool_down`, or doubles the last
+        one when no valid answer came between (a server whose every probe answers garbage)."""
+        s = self.settings
+        endpoint.out_since = now
+        endpoint.cool_down = min(s.outage_cool_down_cap, endpoint.cool_down * 2 if endpoint.cool_down
+                                 else s.outage_cool_down)
+        endpoint.back_at = now + endpoint.cool_down
+        endpoint.usage.out_of_rotation += 1
+        self._all_out_changed()
 
     # -- while every server is out: one line now and then ------------------------------------------
     def _all_out_changed(self) -> None:
