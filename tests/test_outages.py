@@ -417,6 +417,9 @@ def test_an_index_against_dead_servers_ends_records_its_items_and_the_rerun_resu
     assert stats["failures"]["extract"] and failed.value.failures["extract"] == stats["failures"]["extract"]
     assert any("waiting: all servers of chat are out (2 of 2)" in line for line in lines), lines
     assert any("no server of chat has answered" in line for line in lines), lines
+    # The run's final message says why, naming the servers; stats.json keeps it.
+    assert "no server of chat has answered" in str(failed.value) and dead[0]["base_url"] in str(failed.value)
+    assert "no server of chat has answered" in stats["outages"]["chat"]
 
     a, b = servers(), servers()
     alive = [{"base_url": a.base_url}, {"base_url": b.base_url}]

@@ -44,10 +44,13 @@ BUDGET_STEPS = {"extract": (("extract", "claims"), "text units"),
 class IndexFailed(RuntimeError):
     """Some items failed after every retry; the message lists them all."""
 
-    def __init__(self, failures: dict[str, list[str]], stats_path: Path, command: str = "sensegraph index"):
+    def __init__(self, failures: dict[str, list[str]], stats_path: Path, command: str = "sensegraph index",
+                 outages: dict[str, str] | None = None):
         self.failures = failures
         lines = [f"  {step}: {len(ids)} failed: {', '.join(map(str, ids[:20]))}{' …' if len(ids) > 20 else ''}"
                  for step, ids in failures.items() if ids]
+        # A model with no server left is the reason for most of them: say so, and which servers.
+        lines += [f"  {why}" for why in (outages or {}).values()]
         super().__init__("indexing finished with failures (every failed item is listed in "
                          f"{stats_path}):\n" + "\n".join(lines) +
                          f"\nRerun `{command}` to retry only these (finished work comes from the cache), "
@@ -158,7 +161,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
             numbering.save(tables)
         stats_path = _finish_stats(stats, usage, failures, out)
     if stats["failures"] and not allow_partial:
-        raise IndexFailed(stats["failures"], stats_path, command)
+        raise IndexFailed(stats["failures"], stats_path, command, stats.get("outages"))
     return IndexResult(out, tables, stats, stats["failures"])
 
 
@@ -413,6 +416,8 @@ def _add_usage(stats: dict[str, Any], usage: Usage, failures: dict[str, list[str
     stats["llm"] = usage.as_dict()
     if report := usage.endpoint_report():  # a model served by several endpoints: what each did
         stats["endpoints"] = report
+    if outages := usage.outages():  # calls that failed because no server of their model answered
+        stats["outages"] = outages
     for step, entry in stats["steps"].items():
         # Usage is recorded under the pipeline's step names; claims are part of extraction.
         # A step that made no call still reports zeros, so stats.json keeps one shape.

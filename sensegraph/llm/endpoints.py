@@ -181,6 +181,8 @@ class Endpoints:
         self._report_loop: asyncio.AbstractEventLoop | None = None
         self._all_out_logged = False
         self._failing_logged = False
+        # The last NoServer message: why calls of this model failed without a server (stats.json).
+        self.gave_up: str | None = None
         self._resolved = resolve is None
         self._resolve_lock = asyncio.Lock()
 
@@ -269,6 +271,7 @@ class Endpoints:
         if not self._waiters and self._free(now) > 0:
             return self._take(avoid, now)
         if (why := self.unavailable(now)) is not None:
+            self.gave_up = why
             raise NoServer(why)
         loop = asyncio.get_running_loop()
         first = False  # a woken waiter that found its slot gone keeps its place at the front
@@ -296,6 +299,7 @@ class Endpoints:
                 return self._take(avoid, now)
             if (why := self.unavailable(now)) is not None:
                 self._wake()  # the next in line fails too
+                self.gave_up = why
                 raise NoServer(why)
             first = True  # its server was paused (a 429) between the wake-up and now
 
@@ -374,8 +378,9 @@ class Endpoints:
         self.replied(endpoint)
         endpoint.usage.invalid += 1
         endpoint.invalid_in_row += 1
+        # (another "answers well": in rotation, and its last answer was kept)
         if endpoint.invalid_in_row >= INVALID_IN_ROW and any(
-                e is not endpoint and not e.out and e.invalid_in_row < INVALID_IN_ROW for e in self.all):
+                e is not endpoint and not e.out and e.invalid_in_row == 0 and e.usage.answers for e in self.all):
             endpoint.last_error = "its answers fail validation"
             self._take_out(endpoint, time.monotonic())
 

@@ -63,6 +63,10 @@ class Usage:
         """Per-server usage of each model that has several servers (empty when none has)."""
         return {kind: pool.report() for kind, pool in sorted(self.pools.items()) if pool.several}
 
+    def outages(self) -> dict[str, str]:
+        """Per model, why its calls failed with no server left to answer (empty when none did)."""
+        return {kind: pool.gave_up for kind, pool in sorted(self.pools.items()) if getattr(pool, "gave_up", None)}
+
     def step(self, name: str) -> StepUsage:
         if name not in self.steps:
             self.steps[name] = StepUsage()
