@@ -78,6 +78,11 @@ REFUSALS = (401, 403, 404)
 _logger = logging.getLogger("sensegraph.llm")
 
 
+def _short(text: str, most: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
 class NoServer(Exception):
     """No server of the model can take a request: every one refused (401/403/404), or all have
     been out for `outage_timeout`. The message is one line naming each server and its last error."""
@@ -257,7 +262,8 @@ class Endpoints:
         return max(e.out_since if e.out_since is not None else e.refused_at for e in self.all)
 
     def _servers(self) -> str:
-        return "; ".join(f"{e.base_url}: {e.refused or e.last_error or 'no answer'}" for e in self.all)
+        # (an error body can be long; the start of each says enough, and the line stays readable)
+        return "; ".join(f"{e.base_url}: {_short(e.refused or e.last_error or 'no answer')}" for e in self.all)
 
     def ready_elsewhere(self, endpoint: Endpoint | None) -> bool:
         """Whether another server than `endpoint` is in rotation and not paused (a retry then
