@@ -386,6 +386,36 @@ def test_rate_limiter_tokens_per_window():
     assert not RateLimiter().enabled
 
 
+def test_rate_limiter_counts_what_a_reply_used_not_its_estimate():
+    async def scenario():
+        limiter = RateLimiter(tokens_per_minute=1000)
+        first = await limiter.acquire(900)  # the prompt plus max_tokens
+        assert not limiter.fits(800)
+        limiter.settle(first, 100)  # the reply's usage: 100 tokens
+        return limiter.fits(800)
+
+    assert asyncio.run(scenario())
+
+
+def test_the_chat_client_settles_its_token_reservation_from_the_reply(mock_server):
+    server = mock_server()
+    settings = ChatSettings(provider="openai", model="m", base_url=server.base_url, api_key="k",
+                            tokens_per_minute=100_000)
+    client = ChatClient(settings, cache=None)
+
+    async def scenario():
+        try:
+            await client.complete([{"role": "user", "content": "Tell me about Acme Corp."}], step="s",
+                                  max_tokens=3000)
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+    use = client.usage.step("s")
+    # reserved ~3,000 tokens (prompt + max_tokens), kept the reply's count
+    assert client.endpoints.all[0].limiter._tokens == use.prompt_tokens + use.completion_tokens < 100
+
+
 def test_cut_off_json_is_not_repaired_into_a_partial_answer():
     from sensegraph.llm.client import _validated
     from sensegraph.llm.transport import Retryable

@@ -427,3 +427,19 @@ def test_an_index_against_dead_servers_ends_records_its_items_and_the_rerun_resu
                                                   "embedding": {**common, "endpoints": alive}, **sections}, env={})
     result = asyncio.run(run_index(settings, log=lambda m: None))
     assert not result.failures and len(result.tables["entities"])
+
+
+def test_a_request_goes_to_a_server_whose_rate_limit_admits_it_now():
+    eps = Endpoints(ChatSettings(provider="openai", model="m", api_key="k", requests_per_minute=1,
+                                 endpoints=[{"base_url": f"http://s{i}/v1", "concurrency": 4} for i in range(2)]))
+    limited, other = eps.all
+
+    async def scenario() -> None:
+        await limited.limiter.acquire(10)  # its one request of this minute is used
+        busy = eps.slot(avoid=limited)
+        assert await busy.__aenter__() is other  # `other` now has more in flight ...
+        async with eps.slot(tokens=10) as endpoint:
+            assert endpoint is other  # ... but `limited` would hold the slot for a minute
+        await busy.__aexit__(None, None, None)
+
+    asyncio.run(asyncio.wait_for(scenario(), HANG))

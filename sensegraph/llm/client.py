@@ -360,9 +360,9 @@ class ChatClient:
         body["messages"], kwargs["messages"] = kwargs["messages"], []
         kwargs["extra_body"] = body
         try:
-            async with self.endpoints.slot(avoid) as endpoint:
+            async with self.endpoints.slot(avoid, estimate) as endpoint:
                 self._check_budget(step, item)
-                await endpoint.limiter.acquire(estimate)
+                reservation = await endpoint.limiter.acquire(estimate)
                 self._check_budget(step, item)  # the limiter may have waited
                 # Counted per HTTP request, so a fallback between structured modes counts too.
                 self.usage.step(step).requests += 1
@@ -395,6 +395,7 @@ class ChatClient:
                     fault.endpoint = endpoint
                     raise fault from None
                 self.endpoints.replied(endpoint)
+                endpoint.limiter.settle(reservation, usage[0] + usage[1])
         except (openai.OpenAIError, *TRANSPORT_ERRORS, json.JSONDecodeError) as exc:
             if (fault := transient(exc, self._secrets)) is not None:
                 raise fault from None

@@ -212,11 +212,12 @@ class Embedder:
             sent += 1
             endpoint: Endpoint | None = None
             try:
-                async with self.endpoints.slot(failed_on) as endpoint:
-                    await endpoint.limiter.acquire(estimate)
+                async with self.endpoints.slot(failed_on, estimate) as endpoint:
+                    reservation = await endpoint.limiter.acquire(estimate)
                     use.requests += 1
                     reply = await self._request(endpoint, kwargs)
                 vectors, tokens = _vectors_of(reply, len(batch))
+                endpoint.limiter.settle(reservation, tokens)
                 self.endpoints.answered(endpoint)
                 use.calls += 1
                 use.prompt_tokens += tokens or sum(count_tokens(t) for t in batch)

@@ -9,14 +9,30 @@ from collections import deque
 from typing import Any
 
 
+class Reservation:
+    """One request's place in a limiter's window: when it was admitted and the tokens it holds."""
+
+    __slots__ = ("at", "tokens", "live")
+
+    def __init__(self, at: float, tokens: int):
+        self.at = at
+        self.tokens = tokens
+        self.live = True  # False once it has left the window
+
+
 class RateLimiter:
-    """Waits until a request of `tokens` fits under requests/minute and tokens/minute (0 = off)."""
+    """Waits until a request of `tokens` fits under requests/minute and tokens/minute (0 = off).
+
+    A request reserves an estimate (its prompt plus `max_tokens`) when it is admitted, and
+    `settle` replaces that by what the reply says it used: extraction reserved ~4,800 tokens
+    and used ~2,300, so without the correction a tokens-per-minute limit admitted half the
+    requests it allows."""
 
     def __init__(self, requests_per_minute: int = 0, tokens_per_minute: int = 0, window: float = 60.0):
         self.rpm = requests_per_minute
         self.tpm = tokens_per_minute
         self.window = window
-        self._events: deque[tuple[float, int]] = deque()
+        self._events: deque[Reservation] = deque()
         self._tokens = 0
         self._lock = asyncio.Lock()
 
@@ -24,22 +40,39 @@ class RateLimiter:
     def enabled(self) -> bool:
         return bool(self.rpm or self.tpm)
 
-    async def acquire(self, tokens: int) -> None:
+    def fits(self, tokens: int, now: float | None = None) -> bool:
+        """Whether a request of `tokens` would be admitted now."""
+        now = time.monotonic() if now is None else now
+        while self._events and self._events[0].at <= now - self.window:
+            gone = self._events.popleft()
+            gone.live = False
+            self._tokens -= gone.tokens
+        fits_rpm = not self.rpm or len(self._events) < self.rpm
+        # A single request larger than the whole budget still goes, alone in its window.
+        fits_tpm = not self.tpm or self._tokens + tokens <= self.tpm or not self._events
+        return fits_rpm and fits_tpm
+
+    async def acquire(self, tokens: int) -> Reservation | None:
+        """Wait until a request of `tokens` fits; its reservation (None when nothing is limited)."""
         if not self.enabled:
-            return
+            return None
         async with self._lock:
             while True:
                 now = time.monotonic()
-                while self._events and self._events[0][0] <= now - self.window:
-                    self._tokens -= self._events.popleft()[1]
-                fits_rpm = not self.rpm or len(self._events) < self.rpm
-                # A single request larger than the whole budget still goes, alone in its window.
-                fits_tpm = not self.tpm or self._tokens + tokens <= self.tpm or not self._events
-                if fits_rpm and fits_tpm:
-                    self._events.append((now, tokens))
+                if self.fits(tokens, now):
+                    reservation = Reservation(now, tokens)
+                    self._events.append(reservation)
                     self._tokens += tokens
-                    return
-                await asyncio.sleep(max(0.01, self._events[0][0] + self.window - now))
+                    return reservation
+                await asyncio.sleep(max(0.01, self._events[0].at + self.window - now))
+
+    def settle(self, reservation: Reservation | None, tokens: int) -> None:
+        """The request of `reservation` used `tokens` (the reply's usage): count that instead of
+        the estimate. Nothing to do once the reservation has left the window."""
+        if reservation is None or not reservation.live or tokens <= 0:
+            return
+        self._tokens += tokens - reservation.tokens
+        reservation.tokens = tokens
 
 
 def backoff_delay(attempt: int, base: float, cap: float = 60.0, retry_after: float | None = None) -> float:
