@@ -368,12 +368,13 @@ class Settings(_Section):
 
     def query_context_tokens(self) -> int:
         """The context budget of one query call (map chunk, reduce context or answer context)."""
-        if self.query.context_tokens:
-            return self.query.context_tokens
         if self.chat.provider == "local":
-            # prompt instructions (~700 tokens) and the answer must fit beside the data
-            return max(1000, self.local.context_per_slot - 700 - self.query.answer_max_tokens)
-        return 8000
+            # prompt instructions (~700 tokens) and the answer must fit beside the data; a
+            # larger query.context_tokens would only make every call fail ("exceeds the
+            # available context size"), so the embedded slot bounds it
+            room = max(1000, self.local.context_per_slot - 700 - self.query.answer_max_tokens)
+            return min(self.query.context_tokens, room) if self.query.context_tokens else room
+        return self.query.context_tokens or 8000
 
     def report_input_tokens(self) -> int:
         """The context budget of one community report. The embedded server's slot must hold

@@ -236,3 +236,16 @@ def test_report_and_summary_budgets_fit_the_embedded_slot():
     assert roomy.report_input_tokens() == roomy.reports.max_input_tokens
     hosted = Settings(chat={"provider": "openai", "model": "m", "base_url": "http://x/v1"})
     assert hosted.report_input_tokens() == hosted.reports.max_input_tokens == 6000
+
+
+def test_a_query_context_larger_than_the_embedded_slot_is_bounded_by_it(tmp_path):
+    # query.context_tokens 8000 with the embedded 4096-token slot made lazy search's answer call
+    # fail with "request (5032 tokens) exceeds the available context size (4096 tokens)"
+    local = load_settings(tmp_path, overrides={"query": {"context_tokens": 8000}}, env={})
+    room = local.local.context_per_slot - 700 - local.query.answer_max_tokens
+    assert local.query_context_tokens() == room < 8000
+    small = load_settings(tmp_path, overrides={"query": {"context_tokens": 1500}}, env={})
+    assert small.query_context_tokens() == 1500  # a smaller one is kept
+    hosted = load_settings(tmp_path, overrides={"query": {"context_tokens": 20000},
+                                                "chat": {"provider": "openai", "model": "m", "api_key": "k"}}, env={})
+    assert hosted.query_context_tokens() == 20000
