@@ -49,6 +49,9 @@ def test_lazy_index_and_lazy_search_with_the_embedded_model(tmp_path, language):
     assert r.stats["tester"] == "chat" and r.stats["test_format"] == "pick"
     assert 1 <= r.stats["tests_used"] <= 4 and r.stats["failed_tests"] == 0
     assert r.stats["tests_used"] == min(4, len(result.tables["text_units"]))  # the budget is spent
-    assert r.stats["relevant_units"] >= 1
+    # every tested unit has the model's verdict (a unit it did not list was judged 0)
+    assert r.stats["no_verdict"] == 0 and all(t["score"] in (0, 2, 3) for t in r.stats["tested"])
     assert r.answer.strip() and r.failures == []
-    assert r.usage["calls"] >= 3  # subqueries, a relevance test, then claims or the answer
+    # Whether the 0.5B lists a unit is the model's call (once in CI it listed none of two): with
+    # one relevant unit there are claims or the answer too, with none the no-answer text, no call.
+    assert r.usage["calls"] >= (3 if r.stats["relevant_units"] else 2)  # subqueries, a test, ...
