@@ -350,21 +350,20 @@ class Settings(_Section):
             return True, f"{self.chat.model!r} has {max(sizes):g}B parameters (at most {SMALL_MODEL_BILLIONS:g}B: small)"
         return False, f"{self.chat.model!r} has {max(sizes):g}B parameters (more than {SMALL_MODEL_BILLIONS:g}B)"
 
+    def _by_model_size(self, chosen: str, setting: str, small: str, large: str) -> tuple[str, str]:
+        """A setting whose `auto` follows small_chat_model: its value, and why."""
+        if chosen != "auto":
+            return chosen, setting
+        is_small, why = self.small_chat_model()
+        return (small if is_small else large), f"auto: {why}"
+
     def lazy_test_format(self) -> tuple[str, str]:
         """How lazy search's chat tester asks ("scores" or "pick"), and why."""
-        chosen = self.lazy.test_format
-        if chosen != "auto":
-            return chosen, "lazy.test_format"
-        small, why = self.small_chat_model()
-        return ("pick" if small else "scores"), f"auto: {why}"
+        return self._by_model_size(self.lazy.test_format, "lazy.test_format", "pick", "scores")
 
     def check_policy(self) -> tuple[str, str]:
         """The checks of extracted names that apply ("strict", "lenient" or "off"), and why."""
-        chosen = self.extraction.checks
-        if chosen != "auto":
-            return chosen, "extraction.checks"
-        small, why = self.small_chat_model()
-        return ("strict" if small else "lenient"), f"auto: {why}"
+        return self._by_model_size(self.extraction.checks, "extraction.checks", "strict", "lenient")
 
     def query_context_tokens(self) -> int:
         """The context budget of one query call (map chunk, reduce context or answer context)."""

@@ -49,6 +49,13 @@ async def ask(client: ChatClient, n: int, offset: int = 0, step: str = "extract"
     return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), HANG)
 
 
+async def ask_and_close(client: ChatClient, n: int) -> list[Answer | BaseException]:
+    try:
+        return await ask(client, n)
+    finally:
+        await client.aclose()
+
+
 def report(client: ChatClient, url: str) -> dict:
     return next(v for k, v in client.endpoints.report().items() if k.endswith(url))
 
@@ -59,13 +66,7 @@ def test_a_burst_of_faults_in_flight_is_one_outage_not_a_doubled_cool_down_each(
     fine = servers()
     client = chat(dead.base_url, fine.base_url, concurrency=8)
 
-    async def scenario():
-        try:
-            return await ask(client, 16)
-        finally:
-            await client.aclose()
-
-    answers = asyncio.run(scenario())
+    answers = asyncio.run(ask_and_close(client, 16))
     assert all(isinstance(a, Answer) for a in answers)
     out = client.endpoints.all[0]
     # Eight requests were in flight when it went out; their faults are one outage. Before,
@@ -173,13 +174,7 @@ def test_a_refusing_server_is_taken_out_once_said_and_its_items_go_elsewhere(ser
     lines: list[str] = []
     client = chat(refusing.base_url, fine.base_url, log=lines)
 
-    async def scenario():
-        try:
-            return await ask(client, 20)
-        finally:
-            await client.aclose()
-
-    answers = asyncio.run(scenario())
+    answers = asyncio.run(ask_and_close(client, 20))
     assert all(isinstance(a, Answer) for a in answers), answers
     assert not client.usage.step("extract").failures
     assert refusing.stats["requests"] <= 2  # those sent before the first refusal came back
@@ -254,13 +249,7 @@ def test_when_every_server_answers_garbage_none_is_taken_out_for_it(servers):
     a, b = servers(faults={"invalid": 1.0}), servers(faults={"invalid": 1.0})
     client = chat(a.base_url, b.base_url, max_retries=3)
 
-    async def scenario():
-        try:
-            return await ask(client, 4)
-        finally:
-            await client.aclose()
-
-    answers = asyncio.run(scenario())
+    answers = asyncio.run(ask_and_close(client, 4))
     assert all(isinstance(x, LLMError) and "does not match schema" in str(x) for x in answers)
     assert all(e.out_since is None for e in client.endpoints.all)  # the model is the problem, not a server
 
@@ -324,13 +313,7 @@ def test_a_long_retry_after_sends_the_retry_to_an_idle_server_instead_of_sleepin
     idle = servers()
     client = chat(limited.base_url, idle.base_url)
 
-    async def scenario():
-        try:
-            return await ask(client, 1)
-        finally:
-            await client.aclose()
-
-    assert isinstance(asyncio.run(scenario())[0], Answer)
+    assert isinstance(asyncio.run(ask_and_close(client, 1))[0], Answer)
     assert limited.stats["requests"] == 1 and idle.stats["requests"] == 1
     (slept, asked), = delays
     assert asked == RETRY_AFTER_CAP and slept < 1.0  # the usual back-off, not the server's hour
@@ -345,13 +328,7 @@ def test_a_single_server_honours_retry_after_ms_and_never_sleeps_forever(servers
     server.retry_after_headers = headers
     client = chat(server.base_url)
 
-    async def scenario():
-        try:
-            return await ask(client, 1)
-        finally:
-            await client.aclose()
-
-    assert isinstance(asyncio.run(scenario())[0], Answer)
+    assert isinstance(asyncio.run(ask_and_close(client, 1))[0], Answer)
     (slept, asked), = delays
     assert asked == expected
     if expected is not None:
