@@ -186,3 +186,69 @@ def test_a_failed_update_tells_to_rerun_the_update(tmp_path):
         with pytest.raises(IndexFailed) as exc:
             asyncio.run(run_update(settings_for(tmp_path, broken, max_retries=1), log=lambda m: None))
     assert "Rerun `sensegraph update`" in str(exc.value)
+
+
+def test_an_unchanged_index_after_an_update_skips_every_step(tmp_path):
+    """After `sensegraph update`, the next `index` of the same input reads nothing new: every
+    checkpointed step is skipped, not rerun from the cache (summarize and communities were)."""
+    from sensegraph.index.update import run_update
+
+    write_docs(tmp_path, dict(list(DOCS.items())[:2]))
+    with start_mock_server() as server:
+        settings = settings_for(tmp_path, server)
+        index(settings)
+        write_docs(tmp_path, DOCS)
+        asyncio.run(run_update(settings, log=lambda m: None))
+        again = index(settings)
+        third = index(settings)
+    for run in (again, third):
+        ran = [name for name, st in run.stats["steps"].items()
+               if name in ("extract", "summarize", "communities", "community_reports") and not st.get("skipped")]
+        assert ran == [], f"an unchanged index after an update reran {ran}"
+
+
+def test_changing_only_the_embedding_model_reruns_no_llm_step_that_does_not_embed(tmp_path):
+    """Without entity resolution, summarize never embeds: a new embedding model must not rerun it
+    (nor anything after it); only the vectors are redone."""
+    write_docs(tmp_path, DOCS)
+    with start_mock_server() as server:
+        index(settings_for(tmp_path, server))
+        s = settings_for(tmp_path, server)
+        other = s.model_copy(update={"embedding": s.embedding.model_copy(update={"model": "other-embedder"})})
+        again = index(other)
+    st = again.stats["steps"]
+    for name in ("extract", "summarize", "communities", "community_reports"):
+        assert st[name].get("skipped"), f"{name} reran for a change of embedding.model only"
+
+
+def test_a_local_chat_model_is_identified_by_its_settings_before_and_after_its_first_call(tmp_path):
+    """With `provider: local` the model name is known once the embedded server has started; a
+    step's fingerprint must not depend on whether a call happened before it was taken, or an
+    unchanged project reruns summarize on its second run and the reports on its third."""
+    from sensegraph.llm.client import ChatClient
+
+    s = load_settings(tmp_path, env={})
+    assert s.chat.provider == "local"
+    client = ChatClient(s.chat, cache=None)
+    before = steps._input_fingerprint(client, s)
+    client.model = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"  # what the first call resolves it to
+    assert steps._input_fingerprint(client, s) == before
+    other = load_settings(tmp_path, overrides={"local": {"size": "0.5b"}}, env={})
+    assert steps._input_fingerprint(ChatClient(other.chat, cache=None), other) != before
+
+
+def test_a_new_version_of_the_leiden_library_reruns_clustering_only(tmp_path, monkeypatch):
+    """The code that computes a step's tables includes the libraries it calls: another
+    graspologic-native may cluster differently, so clustering reruns (extraction does not)."""
+    import importlib.metadata
+
+    write_docs(tmp_path, DOCS)
+    with start_mock_server() as server:
+        index(settings_for(tmp_path, server))
+        real = importlib.metadata.version
+        monkeypatch.setattr(importlib.metadata, "version",
+                            lambda name: "99.0" if name == "graspologic-native" else real(name))
+        again = index(settings_for(tmp_path, server))
+    st = again.stats["steps"]
+    assert not st["communities"].get("skipped")
+    assert st["extract"].get("skipped") and st["summarize"].get("skipped")

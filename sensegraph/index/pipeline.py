@@ -113,9 +113,11 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         background(vectors.task)
         vectors.add("text_units", units)
         if settings.index_method == "lazy":  # LazyGraphRAG: concepts by NLP instead of 3-4, no reports
+            from .concepts import SPACY_DISTRIBUTION
             from .cooccurrence import few_concepts_note
 
-            found = await steps.run("concepts", _concepts, writes=CONCEPTS, units=units, language=language)
+            found = await steps.run("concepts", _concepts, writes=CONCEPTS, units=units, language=language,
+                                    libraries=("spacy", SPACY_DISTRIBUTION, "jieba"))
             elements = (await steps.run("concept_graph", _concept_graph, writes=ELEMENTS, units=units,
                                         language=language, numbering=numbering, **found.tables)).tables
             if note := few_concepts_note(found.tables["concept_instances"], elements["entities"], units,
@@ -132,8 +134,11 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                                    language=language, extra={"advance": bar("extract", len(units))})
             _warn_if_empty(units, work, log)
             # 4. element summaries: entities, relationships, claims (covariates)
+            # The embedder is read only by entity resolution: without it, a new embedding model
+            # must not rerun the summaries.
             elements = (await steps.run("summarize", _summarize, writes=ELEMENTS, units=units, llm=llm,
-                                        embedder=embedder, language=language, numbering=numbering,
+                                        embedder=embedder if settings.resolution.enabled else None,
+                                        language=language, numbering=numbering,
                                         **{n: work.tables[n] for n in INSTANCES if n != "extracted_units"},
                                         extra={"bar": bar})).tables
             del work  # the instance tables (on disk under _work) are not read again: free them
@@ -143,6 +148,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         write_table(units, out, "text_units")
         # 5. communities: hierarchical Leiden, every level a complete partition
         comms = (await steps.run("communities", _communities, writes={"communities": ""}, numbering=numbering,
+                                 libraries=("graspologic-native",),
                                  entities=elements["entities"], relationships=elements["relationships"],
                                  lazy=settings.index_method == "lazy")).tables["communities"]
         # 6. community reports, bottom-up (a lazy index has none: its LLM work waits for a question)

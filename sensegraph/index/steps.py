@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import inspect
 import json
 import time
@@ -109,8 +110,13 @@ def _model_identity(client: Any, settings: Settings) -> dict[str, Any]:
     key; not the endpoint's address (a local server's port changes between runs), concurrency,
     timeouts, retries, key or budget. The embedded model is named by its size."""
     s = client.settings
-    ident = {"provider": s.provider, "model": getattr(client, "model", s.model),
+    # From settings only, never from what a call resolved: with `provider: local` the model's
+    # name is known once the server has started, and an identity read from it made an unchanged
+    # project rerun summarize on its second run and the reports on its third.
+    ident = {"provider": s.provider, "model": getattr(client, "configured_model", getattr(client, "model", s.model)),
              "api_version": s.api_version, "extra_body": getattr(client, "extra_body", None)}
+    if models := [e.model for e in (s.endpoints or []) if e.model]:
+        ident["endpoint_models"] = models  # an endpoint's own model decides its answers
     for name in ("temperature", "structured_output", "dimensions"):
         if hasattr(s, name):
             ident[name] = getattr(s, name)
@@ -132,6 +138,17 @@ def _input_fingerprint(value: Any, settings: Settings) -> Any:
         return _model_identity(value, settings)
     raise TypeError(f"a step input of type {type(value).__name__} has no fingerprint: give it a "
                     "fingerprint() method, or pass what the step reads from it instead")
+
+
+def library_versions(names: tuple[str, ...]) -> dict[str, str]:
+    """The installed version of each distribution ("absent" when it is not installed)."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -258,14 +275,16 @@ class Steps:
 
     async def run(self, name: str, fn: Callable[..., Awaitable[Output] | Output], *,
                   writes: dict[str, str] | None = None, checkpoint: bool = True, reuse: bool = False,
-                  extra: dict[str, Any] | None = None, **inputs: Any) -> Output:
+                  libraries: tuple[str, ...] = (), extra: dict[str, Any] | None = None, **inputs: Any) -> Output:
         """Run step `name`: `fn(**inputs, settings=recorder, **extra)`. `writes` maps each table
         it returns to a folder under output/ ("" or "_work"); `extra` holds what is not read
         (progress bars, a log). `checkpoint=False` for steps that read files or write their own
         (documents, embeddings): always run, only timed and reported. `reuse=True` also passes
         `previous`: the step's tables of its last complete run when that ran with the same
         settings, prompts, code and model, else None, so items whose input is unchanged can be
-        taken from them (extraction keeps the instances of unchanged text units)."""
+        taken from them (extraction keeps the instances of unchanged text units). `libraries`
+        names the installed distributions whose code computes the tables (spaCy, the Leiden
+        implementation): their versions are part of the fingerprint, as this package's code is."""
         writes = writes or {}
         t0 = time.perf_counter()
         entry_stats: dict[str, Any] = {}
@@ -273,8 +292,8 @@ class Steps:
         paths = self._paths(writes)
         entry = self._entry(name)
         # Which function computes the step is part of what decides its tables.
-        fps = {**self._input_fingerprints(inputs), "function": f"{fn.__module__}.{fn.__qualname__}"} \
-            if checkpoint else {}
+        fps = {**self._input_fingerprints(inputs), "function": f"{fn.__module__}.{fn.__qualname__}",
+               **({"libraries": library_versions(libraries)} if libraries else {})} if checkpoint else {}
         if checkpoint and entry and all(p.exists() for p in paths.values()) \
                 and self._fingerprints(entry["reads"], fps)[1] == entry["fingerprint"]:
             output = Output({n: read_table(p.parent, n) for n, p in paths.items()}, stats={"skipped": True})

@@ -106,6 +106,10 @@ class ChatClient:
         self.cache = cache
         self.usage = usage or Usage(settings.price_per_1k_prompt, settings.price_per_1k_completion)
         self.model = model or settings.model
+        # What the settings name, before a server fills `model` in (the embedded server's file,
+        # an endpoint's default): step fingerprints read this, so whether a call has already
+        # happened in this run never changes them.
+        self.configured_model = self.model
         # `endpoint` resolves (base_url, model) lazily: the embedded server starts on first use.
         self.endpoints = Endpoints(settings, base_url=base_url, resolve=endpoint, http_client=http_client, name="chat")
         self._secrets = tuple(e.api_key for e in self.endpoints.all) + (settings.api_key,)
