@@ -116,19 +116,21 @@ def test_workers_share_the_endpoints_and_split_the_limits_of_shared_ones():
     from sensegraph.config import ChatSettings
     from sensegraph.llm.ray_workers import shares
 
+    # two workers on four servers: each worker has a share of every server, so it can fail over
     four = ChatSettings(provider="openai", model="m", concurrency=8,
                         endpoints=[{"base_url": f"http://s{i}/v1"} for i in range(4)])
-    assert [[e.base_url for e in w.endpoints] for w in shares(four, 2)] == [
-        ["http://s0/v1", "http://s2/v1"], ["http://s1/v1", "http://s3/v1"]]
-    # three workers on two servers: server 0 is shared by workers 0 and 2, which split its limits
+    assert [[(e.base_url, e.concurrency) for e in w.endpoints] for w in shares(four, 2)] == [
+        [(f"http://s{i}/v1", 4) for i in range(4)]] * 2
+    # three workers on two servers: each server's limits split exactly, the remainder to the first
     two = ChatSettings(provider="openai", model="m", concurrency=8, requests_per_minute=300,
                        endpoints=[{"base_url": "http://a/v1"}, {"base_url": "http://b/v1", "concurrency": 2}])
     parts = shares(two, 3)
     assert [[(e.base_url, e.concurrency, e.requests_per_minute) for e in w.endpoints] for w in parts] == [
-        [("http://a/v1", 4, 150)], [("http://b/v1", 2, 300)], [("http://a/v1", 4, 150)]]
-    # one server without an endpoints list: every worker gets an equal part of its limits
+        [("http://a/v1", 3, 100), ("http://b/v1", 1, 150)], [("http://a/v1", 3, 100), ("http://b/v1", 1, 150)],
+        [("http://a/v1", 2, 100)]]
+    # one server without an endpoints list: every worker gets a part of its limits, adding up to them
     one = ChatSettings(provider="openai", model="m", base_url="http://x/v1", concurrency=10, requests_per_minute=90)
-    assert [(w.concurrency, w.requests_per_minute) for w in shares(one, 3)] == [(3, 30)] * 3
+    assert [(w.concurrency, w.requests_per_minute) for w in shares(one, 3)] == [(4, 30), (3, 30), (3, 30)]
 
 
 def test_ray_with_the_embedded_model_is_refused_with_what_to_do(tmp_path):

@@ -88,6 +88,12 @@ class NoServer(Exception):
     been out for `outage_timeout`. The message is one line naming each server and its last error."""
 
 
+class HandBack(Exception):
+    """(`Endpoints.hand_back`, set by a Ray worker) every server here is out and none can take a
+    probe now: instead of waiting, the request goes back to the Ray driver, which sends the call
+    to a worker whose servers answer (llm/ray_workers.py). It spends no attempt of the item."""
+
+
 @dataclass
 class EndpointUsage:
     """What one server did, for stats (reported when there is more than one)."""
@@ -188,6 +194,9 @@ class Endpoints:
         self._failing_logged = False
         # The last NoServer message: why calls of this model failed without a server (stats.json).
         self.gave_up: str | None = None
+        # A Ray worker's servers: while every one is out, a request raises HandBack at once
+        # (and waiting ones are woken to) instead of waiting; the driver holds the deadline.
+        self.hand_back = False
         self._resolved = resolve is None
         self._resolve_lock = asyncio.Lock()
 
@@ -280,6 +289,8 @@ class Endpoints:
         now = time.monotonic()
         if not self._waiters and self._free(now) > 0:
             return self._take(avoid, now, tokens)
+        if self.hand_back and self._all_out_since() is not None:
+            raise HandBack(self.name)
         if (why := self.unavailable(now)) is not None:
             self.gave_up = why
             raise NoServer(why)
@@ -307,6 +318,9 @@ class Endpoints:
             now = time.monotonic()
             if any(e.ready(now) for e in self.all):
                 return self._take(avoid, now, tokens)
+            if self.hand_back and self._all_out_since() is not None:
+                self._wake()  # the next in line goes back too
+                raise HandBack(self.name)
             if (why := self.unavailable(now)) is not None:
                 self._wake()  # the next in line fails too
                 self.gave_up = why
@@ -320,7 +334,8 @@ class Endpoints:
         if not self._waiters:
             return
         now = time.monotonic()
-        free = len(self._waiters) if self.unavailable(now) is not None else self._free(now)
+        everyone = self.unavailable(now) is not None or (self.hand_back and self._all_out_since() is not None)
+        free = len(self._waiters) if everyone else self._free(now)
         while free > 0 and self._waiters:
             waiter = self._waiters.popleft()
             if waiter.done():  # cancelled, its task not yet run to remove it
@@ -448,6 +463,8 @@ class Endpoints:
         endpoint.back_at = now + endpoint.cool_down
         endpoint.usage.out_of_rotation += 1
         self._all_out_changed()
+        if self.hand_back:
+            self._wake()  # every server out: the waiting requests go back to the driver
 
     # -- while every server is out: one line now and then ------------------------------------------
     def _all_out_changed(self) -> None:
