@@ -346,8 +346,9 @@ async def _summarize(*, entity_instances: pd.DataFrame, relationship_instances: 
     stats: dict[str, Any] = {}
     # opt-in: merge duplicate entities (resolve.py); not once the budget is used up
     if settings.resolution.enabled and not llm.budget_reached:
-        entities, relationships, covariates, stats["resolution"] = await resolve.resolve_in_pipeline(
+        entities, relationships, covariates, stats["resolution"], unresolved = await resolve.resolve_in_pipeline(
             entities, relationships, covariates, llm, embedder, settings=settings, language=language)
+        failed = [*failed, *unresolved]  # failed items of this step: reported, and the rerun redoes it
     relationships = relationships.assign(co_occurrence=False)
     if weight > 0:
         # with resolution, after it, so the weak edges join the final entities

@@ -19,15 +19,22 @@ Here, after the summaries (paper step 2.3) and before clustering:
 3. Merge (union-find over confirmed pairs): the most frequent name is kept (id included), every
    other name goes to `aliases`, other types to `other_types`, the ids to `merged_ids`; text
    units are united (all provenance is kept); the descriptions are summarised again; the
-   relationships are re-pointed, pairs that now coincide are merged and an edge between two
-   merged names is dropped (its text units stay with the entity).
+   relationships are re-pointed, pairs that now coincide are merged (see `combined_weight`)
+   and an edge between two merged names is dropped (its text units stay with the entity).
+
+Nothing is lost silently: a confirmation, a summary or an embedding batch that fails after every
+retry is a failed item (`resolve:confirm:<id>+<id>`, `resolve:summary:<id>`,
+`resolve:embedding:<entity id>`) of the step that runs resolution, so the run ends with its
+failures listed and the step is not marked finished: the rerun resolves again (what succeeded
+comes from the answer cache). A pair whose confirmation failed is not merged in this run.
+The LLM items (embedding batches, confirmations, summaries) run in bounded windows
+(windows.py), as every other step's do.
 
 Everything is a function of the tables, the cached embeddings and the cached answers, so an
 updated index and a fresh one resolve alike.
 """
 from __future__ import annotations
 
-import asyncio
 import re
 import unicodedata
 from collections import defaultdict
@@ -46,6 +53,7 @@ from ..prompts import load_prompt, render, to_messages
 from ..store.tables import content_id
 from ..tokens import truncate
 from .extract import normalize_name
+from .windows import run_windowed, window_of
 
 STEP = "resolve"
 HONORIFICS = {"mr", "mrs", "ms", "miss", "mister", "master", "dr", "sir", "lady", "lord", "madam", "madame",
@@ -79,7 +87,7 @@ class Candidate:
     description_similarity: float | None
     shared_neighbours: float
     alias: bool
-    decision: str = ""    # auto | asked | skipped
+    decision: str = ""    # auto | asked | skipped | failed (the confirmation call failed)
     same: bool = False
     reason: str = ""
 
@@ -95,6 +103,7 @@ class Resolution:
     groups: list[list[str]] = field(default_factory=list)   # entity ids; the kept one first
     titles: dict[str, str] = field(default_factory=dict)    # id -> title
     llm_checks: int = 0
+    failed: list[str] = field(default_factory=list)         # items that failed (see the module doc)
 
     def merges(self) -> list[dict[str, Any]]:
         return [{"keep": self.titles[g[0]], "merged": [self.titles[i] for i in g[1:]]} for g in self.groups]
@@ -104,6 +113,7 @@ class Resolution:
                 "asked": sum(c.decision == "asked" for c in self.candidates),
                 "confirmed": sum(c.same for c in self.candidates),
                 "skipped": sum(c.decision == "skipped" for c in self.candidates),
+                "failed": len(self.failed),
                 "groups": len(self.groups), "entities_merged": sum(len(g) - 1 for g in self.groups),
                 "merges_sample": self.merges()[:20]}
 
@@ -333,17 +343,25 @@ async def decide(candidates: list[Candidate], entities: pd.DataFrame, relationsh
         messages = to_messages(render(template, name_a=a["name"], type_a=a["type"], description_a=a["description"],
                                       neighbours_a=a["neighbours"], name_b=b["name"], type_b=b["type"],
                                       description_b=b["description"], neighbours_b=b["neighbours"]))
-        c.decision = "asked"
         try:
             reply = await llm.structured(messages, SameEntity, step=STEP, item=f"{a['name']} / {b['name']}",
                                          max_tokens=rs.max_tokens)
-        except LLMError:
-            c.reason = "confirmation failed: not merged"
+        except LLMError as exc:
+            # Not a "no": nobody answered. The pair is a failed item (confirm_id), so the run
+            # reports it and the rerun asks again; until then it is not merged.
+            c.decision, c.same = "failed", False
+            c.reason = f"confirmation failed ({str(exc)[:200]}): not merged in this run, asked again on the rerun"
             return
-        c.same, c.reason = bool(reply.same), reply.reason.strip()
+        c.decision, c.same, c.reason = "asked", bool(reply.same), reply.reason.strip()
 
-    await asyncio.gather(*(ask(c) for c in asked[:budget]))
+    # A few pairs per request slot in flight (windows.py), most likely first, as other steps do.
+    await run_windowed(asked[:budget], ask, window=window_of(llm), done=lambda position, result: None)
     return min(len(asked), budget)
+
+
+def confirm_id(c: Candidate) -> str:
+    """The failed-item id of a candidate whose confirmation call failed."""
+    return f"{STEP}:confirm:{c.a}+{c.b}"
 
 
 def group(candidates: list[Candidate], entities: pd.DataFrame) -> list[list[str]]:
@@ -379,15 +397,48 @@ def _as_list(v: Any) -> list:
     return list(v)
 
 
+def combined_weight(relationships: list[dict[str, Any]]) -> float:
+    """The weight of one edge made of relationships that coincide after a merge ("Holmes" -
+    "Watson" and "Sherlock Holmes" - "Watson").
+
+    The rule is the one of summarize.merge_instances: an instance is one text unit stating the
+    pair, counted once with the largest strength given there. Two relationships observed in the
+    same text unit are one observation of the merged pair, so that unit must not count twice;
+    units seen by only one of them add up as before. The tables keep an edge's total weight and
+    its text units, not the strength per unit, so each edge's weight is taken as spread evenly
+    over its units (weight / number of units) and a shared unit counts with the largest share:
+
+        weight = sum over the union of the units of max(share of each edge that has the unit)
+
+    which is the plain sum when no unit is shared (computed so, exactly) and never more than
+    it. An edge without text units has nothing to compare: its weight is added whole."""
+    total = 0.0
+    shares: dict[str, list[float]] = defaultdict(list)
+    for r in relationships:
+        weight = float(r.get("weight") or 0)
+        total += weight
+        units = set(map(str, _as_list(r.get("text_unit_ids"))))
+        for u in units:
+            shares[u].append(weight / len(units))
+    # every unit's shares were all added above; take back all but the largest where several edges have it
+    return total - sum(sum(s) - max(s) for s in shares.values() if len(s) > 1)
+
+
+def summary_id(element_id: str) -> str:
+    """The failed-item id of a merged entity or relationship whose new summary failed."""
+    return f"{STEP}:summary:{element_id}"
+
+
 async def merge(entities: pd.DataFrame, relationships: pd.DataFrame, covariates: pd.DataFrame,
                 groups: list[list[str]], llm, *, settings: Settings, language: str,
-                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     """Apply the merges; descriptions of merged entities and relationships are summarised again
-    (through the cache) when an LLM is given, else joined."""
+    (through the cache) when an LLM is given, else joined. Returns the tables and the failed
+    items: merged elements whose summary call failed (they keep their joined descriptions)."""
     from .summarize import _summarize
 
     if not groups:
-        return entities, relationships, covariates
+        return entities, relationships, covariates, []
     template = load_prompt("summarize_descriptions", language, settings.root)
     rows = {str(r["id"]): r for r in entities.to_dict("records")}
     kept_of: dict[str, str] = {}
@@ -395,12 +446,15 @@ async def merge(entities: pd.DataFrame, relationships: pd.DataFrame, covariates:
         for x in g:
             kept_of[x] = g[0]
     title_map = {str(rows[x]["title"]): str(rows[kept_of[x]]["title"]) for x in kept_of}
+    failed: list[str] = []
 
-    async def describe(name: str, descriptions: list[str]) -> str:
+    async def describe(name: str, descriptions: list[str], element_id: str) -> str:
         descriptions = sorted({d.strip() for d in descriptions if d and d.strip()})
         if llm is None or len(descriptions) <= 1:
             return "\n".join(descriptions)
-        text, _ = await _summarize(name, descriptions, llm, settings, template)
+        text, ok = await _summarize(name, descriptions, llm, settings, template)
+        if not ok:
+            failed.append(summary_id(element_id))
         return text
 
     async def merged_entity(g: list[str]) -> dict[str, Any]:
@@ -415,10 +469,16 @@ async def merge(entities: pd.DataFrame, relationships: pd.DataFrame, covariates:
         keep["frequency"] = len(keep["text_unit_ids"])
         keep["merged_ids"] = sorted(g[1:])
         keep["description"] = await describe(str(keep["title"]), [str(o.get("description") or "")
-                                                                  for o in [keep, *others]])
+                                                                  for o in [keep, *others]], str(keep["id"]))
         return keep
 
-    merged = await asyncio.gather(*(merged_entity(g) for g in groups))
+    window = window_of(llm)
+    merged: list[dict[str, Any]] = [{}] * len(groups)
+
+    def entity_done(position: int, row: dict[str, Any]) -> None:
+        merged[position] = row
+
+    await run_windowed(groups, merged_entity, window=window, done=entity_done)
     by_kept = {m["id"]: m for m in merged}
     ent_rows = []
     for r in entities.to_dict("records"):
@@ -439,18 +499,25 @@ async def merge(entities: pd.DataFrame, relationships: pd.DataFrame, covariates:
         ks, kt = sorted((normalize_name(s), normalize_name(t)))
         rel_groups[(ks, kt)].append(r)
 
-    async def merged_rel(key: tuple[str, str], rs: list[dict[str, Any]]) -> dict[str, Any]:
+    async def merged_rel(key: tuple[str, str]) -> dict[str, Any]:
+        rs = rel_groups[key]
         first = dict(rs[0])
+        first["id"] = content_id("relationship", *key)
         if len(rs) > 1:
-            first["weight"] = float(sum(float(x.get("weight") or 0) for x in rs))
+            first["weight"] = combined_weight(rs)
             first["text_unit_ids"] = sorted({u for x in rs for u in _as_list(x.get("text_unit_ids"))})
             first["description"] = await describe(f"{first['source']} -> {first['target']}",
-                                                  [str(x.get("description") or "") for x in rs])
-        first["id"] = content_id("relationship", *key)
+                                                  [str(x.get("description") or "") for x in rs], first["id"])
         return first
 
     keys = sorted(rel_groups)
-    rel_rows = list(await asyncio.gather(*(merged_rel(k, rel_groups[k]) for k in keys)))
+    rel_rows: list[dict[str, Any]] = [{}] * len(keys)
+
+    def rel_done(position: int, row: dict[str, Any]) -> None:
+        rel_rows[position] = row
+
+    # Only the pairs that coincide make a call; the others pass straight through their lane.
+    await run_windowed(keys, merged_rel, window=window, done=rel_done)
     degree: dict[str, int] = defaultdict(int)
     for r in rel_rows:
         degree[normalize_name(r["source"])] += 1
@@ -467,39 +534,76 @@ async def merge(entities: pd.DataFrame, relationships: pd.DataFrame, covariates:
     if not covs.empty:
         covs["subject_id"] = [title_map.get(str(s), s) for s in covs["subject_id"]]
         covs["object_id"] = [title_map.get(str(o), o) if o is not None else None for o in covs["object_id"]]
-    return ents, rels, covs
+    return ents, rels, covs, sorted(failed)
 
 
 # -- entry points -------------------------------------------------------------------------------
 
-async def _vectors(entities: pd.DataFrame, embedder) -> np.ndarray | None:
+EMBEDDING_BATCH = 64  # texts per embedding call when the embedder does not say
+
+
+def embedding_id(entity_id: str) -> str:
+    """The failed-item id of an entity whose description embedding failed."""
+    return f"{STEP}:embedding:{entity_id}"
+
+
+async def _vectors(entities: pd.DataFrame, embedder) -> tuple[np.ndarray | None, list[str]]:
+    """One L2-normalised row per entity, and the failed items: the entities of every batch whose
+    embedding failed after every retry. Their rows are zeros (close to nothing), so names and
+    aliases still find their candidates in this run; the rerun embeds them again. None when
+    there is no embedder or no batch could be embedded."""
     if embedder is None or entities.empty:
-        return None
+        return None, []
+    ids = [str(i) for i in entities["id"]]
     texts = [f"{t}: {truncate(str(d or ''), 200)}"[:DESCRIPTION_CHARS]
              for t, d in zip(entities["title"], entities["description"])]
-    try:
-        return await embedder.embed(texts, kind="passage", step=STEP)
-    except LLMError:
-        return None  # names and aliases still find candidates
+    size = max(1, int(getattr(getattr(embedder, "settings", None), "batch_size", 0) or EMBEDDING_BATCH))
+    batches = [range(start, min(start + size, len(texts))) for start in range(0, len(texts), size)]
+    parts: list[np.ndarray | None] = [None] * len(batches)
+
+    async def one(rows: range) -> np.ndarray | None:
+        try:
+            return await embedder.embed([texts[i] for i in rows], kind="passage", step=STEP)
+        except LLMError:
+            return None
+
+    def done(position: int, vectors: np.ndarray | None) -> None:
+        parts[position] = vectors
+
+    # One call per batch, a few per request slot in flight (windows.py).
+    await run_windowed(batches, one, window=window_of(embedder), done=done)
+    failed = [embedding_id(ids[i]) for rows, part in zip(batches, parts) if part is None for i in rows]
+    dim = next((p.shape[1] for p in parts if p is not None and p.ndim == 2), None)
+    if dim is None:
+        return None, failed
+    vectors = np.zeros((len(texts), dim), dtype=np.float32)
+    for rows, part in zip(batches, parts):
+        if part is not None:
+            vectors[rows.start:rows.stop] = part
+    return vectors, failed
 
 
 async def resolve_entities(entities: pd.DataFrame, relationships: pd.DataFrame, llm, embedder, *,
                            settings: Settings, language: str) -> Resolution:
-    """Candidates, decisions and merge groups (the tables are not changed)."""
-    vectors = await _vectors(entities, embedder)
+    """Candidates, decisions and merge groups (the tables are not changed); `failed` lists the
+    embeddings and confirmations that failed."""
+    vectors, failed = await _vectors(entities, embedder)
     candidates = find_candidates(entities, relationships, vectors, settings)
     checks = await decide(candidates, entities, relationships, llm, settings=settings, language=language)
+    failed += [confirm_id(c) for c in candidates if c.decision == "failed"]
     return Resolution(candidates, group(candidates, entities),
-                      {str(i): str(t) for i, t in zip(entities["id"], entities["title"])}, checks)
+                      {str(i): str(t) for i, t in zip(entities["id"], entities["title"])}, checks, failed)
 
 
 async def resolve_in_pipeline(entities, relationships, covariates, llm, embedder, *, settings: Settings,
                               language: str):
-    """Called by the summarize step when resolution.enabled: merged tables + a summary for stats.json."""
+    """Called by the summarize step when resolution.enabled: merged tables, a summary for
+    stats.json and the failed items (the step reports them, and is redone by the rerun)."""
     res = await resolve_entities(entities, relationships, llm, embedder, settings=settings, language=language)
-    ents, rels, covs = await merge(entities, relationships, covariates, res.groups, llm, settings=settings,
-                                   language=language)
-    return ents, rels, covs, res.summary()
+    ents, rels, covs, failed = await merge(entities, relationships, covariates, res.groups, llm, settings=settings,
+                                           language=language)
+    res.failed += failed
+    return ents, rels, covs, res.summary(), res.failed
 
 
 async def resolve_index(settings: Settings, *, index_dir: str | None = None, dry_run: bool = True,
@@ -530,4 +634,9 @@ async def resolve_index(settings: Settings, *, index_dir: str | None = None, dry
         if cache is not None:
             cache.close()
     res.usage = usage.as_dict()  # type: ignore[attr-defined]
+    if res.failed:
+        shown = ", ".join(res.failed[:5]) + (" …" if len(res.failed) > 5 else "")
+        log(f"warning: {len(res.failed)} resolution calls failed after every retry ({shown}); the pairs "
+            "they concern are not merged in this listing: run it again to retry them (answers received "
+            "come from the cache)")
     return res
