@@ -5,10 +5,13 @@ The index runs as a real subprocess (`python -m sensegraph.cli index`); the mock
 thread of the calling process, so its request log is read directly. "LLM requests" are chat and
 embedding requests that reached the server (the free GET /models of the preflight is not one).
 
-Kill moments: "once the server has seen request N of the uninterrupted run's sequence, plus a
-random fraction of one request's latency", with N sampled (seeded) so that every step that
-calls a model gets kills, landing before, during and after answers; a few kills also fire at a
-random moment of the first second (start-up, documents, text units), before any request.
+Kill moments are aimed by step, from the run's own progress: "once this run has sent its k-th
+request of step S, plus a random fraction of one request's latency", with S and k sampled
+(seeded) among the requests of S that the cache does not hold yet. So every step that calls a
+model gets kills on any machine's timing: a rerun skips what is cached, and steps overlap (text
+units are embedded during extraction), so a position in the uninterrupted run's sequence of
+requests says little about which step a killed run is in. A few kills also fire at a random
+moment of the first second (start-up, documents, text units), before any request.
 
 Accounting is exact, from the answer cache: every request is mapped to its cache key(s), so
 after each kill we know which of the run's requests were *lost* (their answer never reached the
@@ -41,13 +44,20 @@ STEP_OF_SCHEMA = {"ExtractedGraph": "extract", "GleanCheck": "extract", "Extract
                   "ClaimGleanCheck": "extract", "Report": "community_reports"}
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request of the uninterrupted run: its step, and the cache keys of its answer."""
+    step: str
+    keys: frozenset[str]
+
+
 @dataclass
 class Kill:
     run: int
     requests_before: int  # LLM requests the server had seen (all runs) when the kill fired
     in_flight: int        # server's view: being answered at the kill, or arriving after it
     lost: int             # requests of this run whose answer is not in the cache after the kill
-    step: str             # step of the last request the server saw ("start" if none in this run)
+    step: str             # the step the kill was aimed at, under way then ("start": before any request)
     files_checked: int    # parquet/json/sqlite files read back intact after the kill
 
 
@@ -170,9 +180,9 @@ def _bodies(server: Any, since: int) -> list[dict[str, Any]]:
     return list(server.requests)[len(server.requests) - made:] if made else []
 
 
-def reference_run(root: Path, server: Any, env: dict[str, str]) -> list[str]:
-    """An uninterrupted index of `root`; returns the step of each LLM request it made, in order.
-    Also checks that every answer it received is in the cache under the key `answer_keys` gives."""
+def reference_run(root: Path, server: Any, env: dict[str, str]) -> list[Request]:
+    """An uninterrupted index of `root`: each LLM request it made, in order. Also checks that
+    every answer it received is in the cache under the key `answer_keys` gives."""
     before = llm_requests(server)
     proc = start_index(root, env, root / "index.log")
     code = proc.wait(timeout=300)
@@ -184,23 +194,25 @@ def reference_run(root: Path, server: Any, env: dict[str, str]) -> list[str]:
     if unmatched:
         raise RuntimeError(f"{len(unmatched)} answers are not in the cache under the expected key: "
                            "answer_keys() no longer matches sensegraph.llm's cache keys")
-    return [step_of(b) for b in bodies]
+    return [Request(step_of(b), frozenset(answer_keys(b))) for b in bodies]
 
 
-def plan_kills(steps: list[str], kills: int, rng: random.Random, per_step: int = 2) -> list[int]:
-    """Kill targets (1-based request counts): `per_step` inside each step's stretch of requests,
-    the rest anywhere, all distinct and sorted."""
-    targets: set[int] = set()
-    for step in dict.fromkeys(steps):
-        where = [i + 1 for i, s in enumerate(steps) if s == step]
-        targets.update(rng.sample(where, min(per_step, len(where))))
-    rest = [i for i in range(1, len(steps) + 1) if i not in targets]
-    targets.update(rng.sample(rest, max(0, min(len(rest), kills - len(targets)))))
-    return sorted(targets)
+def plan_kills(reference: list[Request], kills: int, rng: random.Random, per_step: int = 2) -> list[str]:
+    """The step each kill aims at: `per_step` for every step that calls a model, the rest drawn
+    in proportion to the steps' requests; in the order the steps run (by their requests' median
+    position: embedding requests are spread over the run), since a kill aimed at a step that an
+    earlier run has finished has nothing left to hit."""
+    steps = [r.step for r in reference]
+    plan = [step for step in dict.fromkeys(steps) for _ in range(per_step)]
+    plan += rng.choices(steps, k=max(0, kills - len(plan)))
+    where = {step: [i for i, s in enumerate(steps) if s == step] for step in set(steps)}
+    return sorted(plan, key=lambda step: where[step][len(where[step]) // 2])
 
 
-def _wait_for(server: Any, target: int, proc: subprocess.Popen) -> None:
-    while llm_requests(server) < target and proc.poll() is None:
+def _wait_for(server: Any, run_start: int, step: str, count: int, proc: subprocess.Popen) -> None:
+    """Until this run (whose first request was the server's request run_start + 1) has sent
+    `count` requests of `step`, or has ended."""
+    while proc.poll() is None and sum(1 for b in _bodies(server, run_start) if step_of(b) == step) < count:
         time.sleep(0.002)
 
 
@@ -223,40 +235,43 @@ def _audit(bodies: list[dict[str, Any]], stored_before: set[str], stored_after: 
     return lost, wasted
 
 
-def run_with_kills(root: Path, server: Any, env: dict[str, str], *, reference: list[str], kills: int = 10,
+def run_with_kills(root: Path, server: Any, env: dict[str, str], *, reference: list[Request], kills: int = 10,
                    startup_kills: int = 2, seed: int = 0, latency: float = 0.05) -> KillReport:
-    """Index `root` (a fresh project) with at least `kills` SIGKILLs at seeded moments spread over
-    the steps of the `reference` run's requests, plus `startup_kills` in the first second, then
-    let a last run finish. Checks every output file after each kill (raises if one is corrupt)."""
+    """Index `root` (a fresh project, same input and settings as the `reference` run) with at
+    least `kills` SIGKILLs aimed at the steps of the reference run's requests, plus
+    `startup_kills` in the first second, then let a last run finish. Checks every output file
+    after each kill (raises if one is corrupt)."""
     rng = random.Random(seed)
     report = KillReport(reference_requests=len(reference))
     start = llm_requests(server)
-    plan: list[int | None] = [None] * startup_kills + plan_kills(reference, kills, rng)
+    plan: list[str | None] = [None] * startup_kills + plan_kills(reference, kills, rng)
     log = root / "index.log"
-    for target in plan:
+    for n, aim in enumerate(plan):
         stored_before = cached_keys(root)
+        # What this run still has to ask of the aimed step: the kill lands at one of those requests.
+        left = sum(1 for r in reference if r.step == aim and not r.keys <= stored_before)
+        if aim is not None and left == 0:
+            continue  # the step is done (an earlier run got further than planned): nothing to aim at
         run_start = llm_requests(server)
         proc = start_index(root, env, log)
         report.runs += 1
-        if target is None:
+        if aim is None:
             time.sleep(rng.uniform(0.1, 1.0))
         else:
-            # Requests lost at earlier kills are asked again first: shift the target by them, so
-            # the kill lands at the intended point of the work. Never at a count already passed.
-            _wait_for(server, max(start + target + report.lost, llm_requests(server) + 1), proc)
+            # Within the first share of what is left, so the step's later kills find work too.
+            share = max(1, left // plan[n:].count(aim))
+            _wait_for(server, run_start, aim, rng.randint(1, share), proc)
             time.sleep(rng.uniform(0, latency))
         if proc.poll() is not None:  # finished before the kill moment
             report.exit_codes.append(proc.returncode)
             report.wasted += _audit(_bodies(server, run_start), stored_before, cached_keys(root))[1]
             continue
-        last = server.requests[-1] if llm_requests(server) > run_start else None
         before = llm_requests(server)
         in_flight = _kill(proc, server, latency)
         files = check_outputs(root)
         lost, wasted = _audit(_bodies(server, run_start), stored_before, cached_keys(root))
         report.wasted += wasted
-        report.kills.append(Kill(report.runs, before - start, in_flight, lost,
-                                 step_of(last) if last is not None else "start", files))
+        report.kills.append(Kill(report.runs, before - start, in_flight, lost, aim or "start", files))
     stored_before, run_start = cached_keys(root), llm_requests(server)
     proc = start_index(root, env, log)  # the last run, left to finish
     report.runs += 1

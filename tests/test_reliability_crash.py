@@ -1,4 +1,5 @@
-"""SIGKILL `sensegraph index` (a real subprocess) at seeded random moments, rerun it each time.
+"""SIGKILL `sensegraph index` (a real subprocess) at seeded random moments inside each step that
+calls a model (aimed by the run's own requests, so on any machine's timing), rerun it each time.
 
 The mock server runs in a thread of the test process with some latency, so kills land while
 requests are in flight. After every kill all tables, JSON files and the answer cache must read
