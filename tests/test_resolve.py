@@ -452,3 +452,17 @@ def test_a_failed_confirmation_fails_the_run_and_the_rerun_resolves(tmp_path, se
     assert snapshot(project / "output") == snapshot(fresh / "output")
     third = index(settings_for(project, server, resolution={"enabled": True}))
     assert third.stats["steps"]["summarize"].get("skipped")
+
+
+def test_a_dry_run_with_failed_confirmations_lists_the_rest_and_exits_1(tmp_path, server):
+    """`sensegraph resolve --dry-run` whose confirmations failed says so and exits 1 (after the
+    listing): a script must not take a partial listing for a complete one."""
+    write_docs(tmp_path, HOLMES)
+    index(settings_for(tmp_path, server))
+    with RefusingResolvingServer(refuses_mr_holmes).start() as broken:
+        run = CliRunner().invoke(cli_main, ["resolve", "--root", str(tmp_path), "--dry-run"], env=_cli_env(broken))
+        assert broken.refused > 0
+    said = " ".join(run.output.split())
+    assert run.exit_code == 1, run.output
+    assert "candidate pairs" in said  # the listing is printed first
+    assert "resolution calls failed" in said and "resolve:confirm:" in said

@@ -257,6 +257,9 @@ def resolve_command(root: str, dry_run: bool, index_dir: str | None, limit: int,
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     print_merges(result, out, limit=limit, as_json=as_json)
+    if result.failed and (dry_run or index_dir):  # a partial listing must not pass for a complete one
+        fail(f"{len(result.failed)} resolution calls failed after every retry ({', '.join(result.failed[:5])}"
+             f"{' …' if len(result.failed) > 5 else ''}); run the command again to retry them", code=1)
     if not (dry_run or index_dir):
         index_result = run_index(settings.model_copy(update={"resolution": settings.resolution.model_copy(
             update={"enabled": True})}))
