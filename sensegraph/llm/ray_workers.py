@@ -45,12 +45,14 @@ its handed-back requests reach `max_retries` + 1, it fails with the servers' las
 
 A worker that dies (its process killed, a node lost): the actor is restarted by Ray (unlimited
 restarts, each rerunning its constructor), but Ray retries no task (`max_task_retries=0`): the
-driver does. Each call whose worker died under it is sent again, and from then on alone on its
-worker (the driver drains one worker and sends it only that call), so a call that kills its
-worker every time is found out without taking the calls beside it down with it. After
-CRASH_RETRIES such retries the call fails as an LLMError (its item recorded as failed like any
-other), and the restarted worker serves the other calls. Calls are not sent to a worker that is
-restarting; every answer that had arrived is in the cache.
+driver does. Each call whose worker died under it is sent again, at most CRASH_RETRIES times,
+and the last time alone on its worker (the driver drains one worker and sends it only that
+call): a call that kills its worker every time then dies alone and fails as an LLMError (its
+item recorded as failed like any other), while a call that was only beside it when it struck
+succeeds alone, so the calls beside a poison call are not lost with it, and a worker killed
+once costs no stall (its calls are simply sent again). The restarted worker serves the other
+calls; calls are not sent to a worker that is restarting; every answer that had arrived is in
+the cache.
 
 Connecting: before `ray.init` the head's address is tried with a plain TCP connection
 (CONNECT_TIMEOUT), and ray.init itself runs under INIT_TIMEOUT, so `--ray 127.0.0.1:1` fails in
@@ -73,6 +75,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import logging
 import os
 import socket
 import threading
@@ -305,9 +308,16 @@ def _connect(ray: Any, address: str) -> None:
         finally:
             done.set()
     # (in a thread, so that a head that accepts connections but never answers as Ray cannot
-    # hang the run: after INIT_TIMEOUT the run stops, and the thread dies with the process)
-    threading.Thread(target=init, name="ray-init", daemon=True).start()
-    if not done.wait(INIT_TIMEOUT):
+    # hang the run: after INIT_TIMEOUT the run stops, and the thread dies with the process. Ray
+    # then sets no SIGTERM handler of its own, and says so: that line is not the user's concern.)
+    quiet = _Without("SIGTERM handler is not set")
+    logging.getLogger("ray._private.worker").addFilter(quiet)
+    try:
+        threading.Thread(target=init, name="ray-init", daemon=True).start()
+        started = done.wait(INIT_TIMEOUT)
+    finally:
+        logging.getLogger("ray._private.worker").removeFilter(quiet)
+    if not started:
         raise RayUnavailable(f"--ray {address}: the address accepts connections but no Ray cluster answered "
                              f"within {INIT_TIMEOUT:g} s: is it a Ray head's GCS port (6379 by default)?")
     if failed:
@@ -315,6 +325,15 @@ def _connect(ray: Any, address: str) -> None:
         if isinstance(exc, (ConnectionError, TimeoutError)):
             raise RayUnavailable(f"--ray {address}: {_one_line(exc)}") from None
         raise exc
+
+
+class _Without(logging.Filter):
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
 
 
 def _one_line(exc: BaseException, most: int = 200) -> str:
@@ -445,18 +464,19 @@ class RayWorkers:
     async def _call(self, kind: str, usage: Usage, pool: Endpoints, step: str, failure: str, purpose: str,
                     send: Callable[[int], Awaitable[tuple]]) -> Any:
         """One call, on a worker chosen by `_route`, until it is answered or has failed: a
-        handed-back call goes to another worker, a call whose worker died is sent again alone."""
+        handed-back call goes to another worker, a call whose worker died is sent again (its
+        last time alone)."""
         crashes = 0
         handed = 0  # requests the call spent on workers that handed it back
         attempts = self.settings[kind].max_retries + 1
         while True:
             try:
-                n, probe = await self._route(kind, pool, alone=crashes > 0)
+                n, probe = await self._route(kind, pool, alone=crashes >= CRASH_RETRIES)
             except _NoWorker as exc:
                 self.gave_up[kind] = pool.gave_up = str(exc)
                 usage.step(step).failures.append(failure)
                 raise LLMError(purpose, str(exc), handed) from None
-            alone = crashes > 0
+            alone = crashes >= CRASH_RETRIES
             try:
                 answer, delta, error, report, health = await send(n)
             except (self._ray.exceptions.RayActorError, self._ray.exceptions.WorkerCrashedError) as exc:
