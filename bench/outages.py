@@ -7,13 +7,23 @@ of fault injected, and prints per scenario the wall time, the HTTP requests each
 the calls answered and failed, and a note (what the client logged, how soon a flapping server
 was back). `outage_timeout` is 10 s here (default 180 s) so the all-dead scenario ends quickly.
 
+With --ray it also starts a local Ray cluster (a head and a worker node, one CPU each, with
+`ray start`; stopped at the end) and sends the same calls through 2 Ray workers
+(sensegraph/llm/ray_workers.py): one of the two servers dead (with each server's concurrency 4
+split over both workers, and with concurrency 1, i.e. one server per worker, whose worker must
+hand its calls back), both dead, one worker SIGKILLed mid-run, and a head that cannot be reached.
+
     python bench/outages.py
     python bench/outages.py --calls 400 --outage-timeout 20
+    python bench/outages.py --ray --only Ray
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
+import signal
 import socket
 import sys
 import time
@@ -22,11 +32,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from mock_llm import start_mock_server  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from sensegraph.config import ChatSettings  # noqa: E402
+from sensegraph.config import ChatSettings, EmbeddingSettings, Settings  # noqa: E402
 from sensegraph.llm import ChatClient, LLMError  # noqa: E402
 
 LATENCY = 0.05
@@ -65,7 +76,10 @@ async def _sleep_or_stop(seconds: float, stop: asyncio.Event) -> None:
         pass
 
 
-def run(name: str, setup: dict[str, Any], calls: int, outage_timeout: float) -> dict[str, Any]:
+def run(name: str, setup: dict[str, Any], calls: int, outage_timeout: float,
+        ray_address: str | None = None) -> dict[str, Any]:
+    if setup.get("ray") == "unreachable":
+        return unreachable_head(name)
     servers = []
     urls = []
     for spec in setup["servers"]:
@@ -80,16 +94,24 @@ def run(name: str, setup: dict[str, Any], calls: int, outage_timeout: float) -> 
             urls.append(server.base_url)
     settings = ChatSettings(provider="openai", model="mock", api_key="k", retry_base_seconds=0.2,
                             timeout=setup.get("timeout", 30), outage_timeout=outage_timeout,
-                            endpoints=[{"base_url": u, "concurrency": 4} for u in urls])
+                            endpoints=[{"base_url": u, "concurrency": setup.get("concurrency", 4)} for u in urls])
     client = ChatClient(settings, cache=None)
     lines: list[str] = []
     client.endpoints.log = lines.append
     lags: list[float] = []
+    workers = None
+    if setup.get("ray"):
+        from sensegraph.llm.ray_workers import RayWorkers
+
+        assert ray_address, f"{name}: needs --ray"
+        embedding = EmbeddingSettings(provider="openai", model="mock", api_key="k", base_url=urls[-1])
+        workers = client.workers = RayWorkers(Settings(chat=settings, embedding=embedding), ray_address, 2)
 
     async def scenario() -> tuple[int, int]:
         stop = asyncio.Event()
         flapper = (asyncio.ensure_future(flap(servers[0], client, setup["flap"], lags, stop))
                    if "flap" in setup else None)
+        killer = asyncio.ensure_future(kill_worker(workers, servers)) if setup.get("kill") else None
         # Items arrive in a window, as the pipeline's steps send them (index/windows.py).
         queue = iter(range(calls))
         ok = failed = 0
@@ -107,7 +129,11 @@ def run(name: str, setup: dict[str, Any], calls: int, outage_timeout: float) -> 
         stop.set()
         if flapper is not None:
             await flapper
+        if killer is not None:
+            await killer
         await client.aclose()
+        if workers is not None:
+            await workers.aclose()
         return ok, failed
 
     start = time.monotonic()
@@ -118,6 +144,8 @@ def run(name: str, setup: dict[str, Any], calls: int, outage_timeout: float) -> 
         if s is not None:
             s.stop()
     note = setup.get("note", "")
+    if workers is not None and getattr(workers, "crashes", 0):
+        note = f"a worker SIGKILLed after 20 requests: {workers.crashes} calls sent again"
     if lags:
         note = f"back {min(lags):.2f}-{max(lags):.2f} s after each of {len(lags)} recoveries"
     elif lines:
@@ -125,6 +153,29 @@ def run(name: str, setup: dict[str, Any], calls: int, outage_timeout: float) -> 
             (x for x in lines if "failing" in x), lines[0])
         note = first[:90] + ("…" if len(first) > 90 else "")
     return {"scenario": name, "wall": wall, "requests": requests, "ok": ok, "failed": failed, "note": note}
+
+
+async def kill_worker(workers: Any, servers: list[Any]) -> None:
+    """SIGKILL Ray worker 0's process once the servers have had 20 requests (Ray restarts it)."""
+    while sum(s.stats["requests"] for s in servers if s is not None) < 20:
+        await asyncio.sleep(0.01)
+    os.kill(workers._pids[0], signal.SIGKILL)
+
+
+def unreachable_head(name: str) -> dict[str, Any]:
+    from sensegraph.llm.ray_workers import RayUnavailable, RayWorkers
+
+    chat = ChatSettings(provider="openai", model="mock", api_key="k", base_url=closed_port())
+    embedding = EmbeddingSettings(provider="openai", model="mock", api_key="k", base_url=closed_port())
+    start = time.monotonic()
+    try:
+        RayWorkers(Settings(chat=chat, embedding=embedding), "127.0.0.1:1")
+        note = "connected?"
+    except RayUnavailable as exc:
+        note = str(exc)
+    wall = time.monotonic() - start
+    return {"scenario": name, "wall": wall, "requests": ["-"], "ok": 0, "failed": "-",
+            "note": note[:90] + ("…" if len(note) > 90 else "")}
 
 
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -143,6 +194,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                                                             "retry_after_headers": {"Retry-After": "3600"}}}, {}]},
     "401 on one": {"servers": [{"mock": {"api_key": "other"}}, {}]},
     "garbage 200s on one": {"servers": [{"mock": {"faults": {"invalid": 1.0}}}, {}]},
+    # --ray: through 2 workers on a local cluster
+    "Ray: healthy (2 servers, 2 workers)": {"servers": [{}, {}], "ray": True},
+    "Ray: one of 2 servers dead (each worker both)": {"servers": ["dead", {}], "ray": True},
+    "Ray: one of 2 servers dead (one per worker, concurrency 1)": {"servers": ["dead", {}], "ray": True,
+                                                                   "concurrency": 1},
+    "Ray: all dead": {"servers": ["dead", "dead"], "ray": True},
+    "Ray: worker killed": {"servers": [{}, {}], "ray": True, "kill": True},
+    "Ray: head unreachable (127.0.0.1:1)": {"servers": [], "ray": "unreachable"},
 }
 
 
@@ -151,17 +210,24 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--outage-timeout", type=float, default=10.0)
     ap.add_argument("--only", default="", help="run the scenarios whose name contains this")
+    ap.add_argument("--ray", action="store_true", help="also the Ray scenarios, on a local cluster")
     args = ap.parse_args()
     print(f"{args.calls} structured calls, 2 servers x concurrency 4, {LATENCY * 1000:.0f} ms per answer, "
           f"outage_timeout {args.outage_timeout:g} s\n")
     print("| scenario | wall s | requests (server 0, 1) | answered | failed | note |")  # (flapping: 5x the calls)
     print("|---|---:|---|---:|---:|---|")
-    for name, setup in SCENARIOS.items():
-        if args.only and args.only not in name:
-            continue
-        r = run(name, setup, args.calls * setup.get("calls", 1), args.outage_timeout)
-        print(f"| {r['scenario']} | {r['wall']:.1f} | {', '.join(map(str, r['requests']))} | {r['ok']} | "
-              f"{r['failed']} | {r['note']} |", flush=True)
+    chosen = {name: setup for name, setup in SCENARIOS.items()
+              if (not args.only or args.only in name) and (args.ray or not setup.get("ray"))}
+    with contextlib.ExitStack() as stack:
+        address = None
+        if any(setup.get("ray") is True for setup in chosen.values()):
+            from scale_out import local_cluster
+
+            address = stack.enter_context(local_cluster(2))
+        for name, setup in chosen.items():
+            r = run(name, setup, args.calls * setup.get("calls", 1), args.outage_timeout, address)
+            print(f"| {r['scenario']} | {r['wall']:.1f} | {', '.join(map(str, r['requests']))} | {r['ok']} | "
+                  f"{r['failed']} | {r['note']} |", flush=True)
 
 
 if __name__ == "__main__":
