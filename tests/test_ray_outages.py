@@ -166,6 +166,48 @@ def test_all_servers_dead_ends_after_outage_timeout_records_the_items_and_the_re
     assert not again.failures and len(again.tables["entities"])
 
 
+def test_a_worker_whose_server_comes_back_is_probed_and_back_in_rotation_while_the_others_answer(cluster):
+    from pydantic import BaseModel
+
+    from sensegraph.config import EmbeddingSettings, Settings
+    from sensegraph.llm import ChatClient
+
+    class Answer(BaseModel):
+        answer: str
+
+    with start_mock_server() as a, start_mock_server() as b:
+        common = dict(provider="openai", model="mock", api_key="x", retry_base_seconds=0.01,
+                      outage_cool_down=0.05, outage_cool_down_cap=0.2)
+        # concurrency 1: each server's one slot is one worker's, so a's worker has no other server
+        chat = ChatSettings(**common, endpoints=[{"base_url": u, "concurrency": 1} for u in (a.base_url, b.base_url)])
+        settings = Settings(chat=chat, embedding=EmbeddingSettings(**common, base_url=b.base_url))
+        client = ChatClient(chat, cache=None)
+        client.workers = workers = RayWorkers(settings, cluster, 2)
+
+        async def ask(n: int, offset: int) -> list:
+            return await asyncio.wait_for(asyncio.gather(*(
+                client.structured([{"role": "user", "content": f"Question {offset + i} about Acme"}], Answer,
+                                  step="extract", item=f"q{offset + i}", max_tokens=50) for i in range(n))), HANG)
+
+        async def scenario() -> int:
+            try:
+                a.down = "503"
+                await ask(20, 0)  # a's worker hands its calls back: b answers them all
+                a.down = None
+                await asyncio.sleep(0.5)
+                a.reset_stats()
+                for round in range(3):  # (each round's calls are all routed before the probe's answer)
+                    await ask(10, 100 + 10 * round)
+                return a.stats["requests"]
+            finally:
+                await client.aclose()
+                await workers.aclose()
+
+        served_by_a = asyncio.run(scenario())
+    assert served_by_a >= 3  # probed, then back to its share
+    assert not client.usage.step("extract").failures
+
+
 # -- a call that kills its worker every time ---------------------------------------------------------
 class PoisonWorker(ray_workers.ModelWorker):
     """A worker whose process dies on any chat call about POISON (as a call that crashes a

@@ -552,6 +552,14 @@ class RayWorkers:
             now = time.monotonic()
             ready = [n for n in self._serving(kind)
                      if not (self._restarting[n] or self._draining[n] or self._alone[n])]
+            # A worker whose cool-down has ended gets this call as its probe, first (else, while
+            # the others answer, it would never come back).
+            for n in ready:
+                out = self._out[kind][n]
+                if out is not None and out.probe_at is not None and out.probe_at <= now and not self._probing[kind][n]:
+                    self._probing[kind][n] = True
+                    self._in_flight[kind][n] += 1
+                    return n, True
             healthy = [n for n in ready if self._out[kind][n] is None]
             if healthy:
                 n = min(healthy, key=lambda i: (self._in_flight[kind][i] / self.capacity[kind][i],
@@ -559,12 +567,6 @@ class RayWorkers:
                 self._in_flight[kind][n] += 1
                 self._failing[kind] = False
                 return n, False
-            for n in ready:
-                out = self._out[kind][n]
-                if out is not None and out.probe_at is not None and out.probe_at <= now and not self._probing[kind][n]:
-                    self._probing[kind][n] = True
-                    self._in_flight[kind][n] += 1
-                    return n, True
             if (why := self._unavailable(kind, now)) is not None:
                 if not self._failing[kind]:
                     self._failing[kind] = True
