@@ -145,6 +145,17 @@ def test_one_of_two_servers_killed_mid_index_costs_no_item_and_gives_the_clean_t
     assert snapshot(tmp_path / "ray" / "output") == snapshot(tmp_path / "clean" / "output")
 
 
+def test_a_server_answering_garbage_is_avoided_across_workers_and_costs_no_item(cluster, tmp_path):
+    # concurrency 1: the garbage server's worker has no other server to retry on
+    with start_mock_server() as clean:
+        index(project(tmp_path / "clean", [clean.base_url]))
+    with start_mock_server(faults={"invalid": 1.0}) as garbage, start_mock_server() as fine:
+        result = index(project(tmp_path / "ray", [garbage.base_url, fine.base_url], 1, ray={"address": cluster}))
+        wasted = garbage.stats["requests"]
+    assert not result.failures and wasted  # (each call that went there did up to max_retries + 1)
+    assert snapshot(tmp_path / "ray" / "output") == snapshot(tmp_path / "clean" / "output")
+
+
 def test_all_servers_dead_ends_after_outage_timeout_records_the_items_and_the_rerun_resumes(cluster, tmp_path):
     dead = [closed_port(), closed_port()]
     outage = {"outage_cool_down": 0.05, "outage_timeout": 3}

@@ -41,7 +41,12 @@ gives ("no server of chat has answered for 180 s on any of the 2 Ray workers (..
 record those items as failed, the run ends, and a rerun redoes only them. While every worker is
 out the run's log shows "waiting: all servers of chat are out on every Ray worker ..." every 15 s.
 A call handed back again and again by workers whose servers fail is bounded like any call: once
-its handed-back requests reach `max_retries` + 1, it fails with the servers' last errors.
+its handed-back requests reach `max_retries` + 1, it fails with the servers' last errors. A
+worker whose servers in rotation answer garbage (the last INVALID_IN_ROW answers of each were
+rejected) while another worker's answer well is avoided for a cool-down that doubles until an
+answer is kept, and a call that failed there on garbage is sent once to another worker (in one
+process, the retry would have avoided that server); when every worker answers garbage, the
+model is the problem and none is avoided.
 
 A worker that dies (its process killed, a node lost): the actor is restarted by Ray (unlimited
 restarts, each rerunning its constructor), but Ray retries no task (`max_task_retries=0`): the
@@ -91,7 +96,7 @@ from .. import __version__
 from ..config import ChatSettings, EmbeddingSettings, ModelSettings, Settings
 from .client import ChatClient, strict_schema
 from .embeddings import Embedder
-from .endpoints import LOG_EVERY, Endpoints, HandBack, _short
+from .endpoints import INVALID_IN_ROW, LOG_EVERY, Endpoints, HandBack, _short
 from .transport import LLMError
 from .usage import StepUsage, Usage
 
@@ -161,9 +166,13 @@ def capacity(section: ModelSettings | None) -> int:
 
 # -- the worker ------------------------------------------------------------------------------------
 def _health(endpoints: Endpoints) -> dict[str, Any] | None:
-    """None while one of the worker's servers is in rotation; else how long all have been out,
-    when the next probe may go (None: all refused for the run) and each server's last error."""
+    """None while one of the worker's servers is in rotation and answers well; {"bad": True}
+    when the last INVALID_IN_ROW answers of each one in rotation were all rejected (garbage
+    200s); else (all out) how long all have been out, when the next probe may go (None: all
+    refused for the run) and each server's last error."""
     if not all(e.out for e in endpoints.all):
+        if all(e.invalid_in_row >= INVALID_IN_ROW for e in endpoints.all if not e.out):
+            return {"bad": True}
         return None
     now = time.monotonic()
     since = max(e.out_since if e.out_since is not None else e.refused_at for e in endpoints.all)
@@ -400,6 +409,9 @@ class RayWorkers:
         self._in_flight = {"chat": [0] * size, "embedding": [0] * size}
         self._out: dict[str, list[_Out | None]] = {"chat": [None] * size, "embedding": [None] * size}
         self._probing = {"chat": [False] * size, "embedding": [False] * size}
+        # Workers whose servers answer garbage: until when they are avoided, and how often in a row.
+        self._bad: dict[str, list[float | None]] = {"chat": [None] * size, "embedding": [None] * size}
+        self._bad_times = {"chat": [0] * size, "embedding": [0] * size}
         self._restarting = [False] * size
         self._gone = [False] * size  # did not come back after dying
         self._draining = [False] * size  # kept free for a call that must run alone
@@ -468,6 +480,7 @@ class RayWorkers:
         last time alone)."""
         crashes = 0
         handed = 0  # requests the call spent on workers that handed it back
+        garbage_resent = False
         attempts = self.settings[kind].max_retries + 1
         while True:
             try:
@@ -492,6 +505,12 @@ class RayWorkers:
                 self._done(kind, n, probe, alone)
             self._healthy(kind, n, health)
             self.endpoint_reports[kind][n] = report
+            if error is not None and error != HANDED_BACK and not garbage_resent and self._avoid(kind, n):
+                # Its worker's servers answer garbage while another worker's answer well: the
+                # call goes there once (in one process, the retry would have avoided that server).
+                garbage_resent = True
+                self._add(usage, kind, step, {**delta, "failures": []})
+                continue
             if error == HANDED_BACK:
                 self._add(usage, kind, step, delta)
                 handed += delta.get("requests", 0)
@@ -561,6 +580,8 @@ class RayWorkers:
                     self._in_flight[kind][n] += 1
                     return n, True
             healthy = [n for n in ready if self._out[kind][n] is None]
+            # (a worker whose servers answer garbage waits out its cool-down while others answer well)
+            healthy = [n for n in healthy if not self._avoid(kind, n) or (self._bad[kind][n] or 0) <= now] or healthy
             if healthy:
                 n = min(healthy, key=lambda i: (self._in_flight[kind][i] / self.capacity[kind][i],
                                                 self._in_flight[kind][i]))
@@ -618,14 +639,29 @@ class RayWorkers:
     def _healthy(self, kind: str, n: int, health: dict | None) -> None:
         """A worker's report on its servers of `kind`, as it came with an answer."""
         now = time.monotonic()
-        if health is None:
+        if health is None or health.get("bad"):
             self._out[kind][n] = None
+            if health is None:
+                self._bad[kind][n] = None
+                self._bad_times[kind][n] = 0
+            elif self._bad[kind][n] is None or self._bad[kind][n] <= now:
+                # Garbage again: avoided for a cool-down that doubles while no answer is kept.
+                s = self.settings[kind]
+                self._bad[kind][n] = now + min(s.outage_cool_down_cap, s.outage_cool_down * 2 ** self._bad_times[kind][n])
+                self._bad_times[kind][n] += 1
         else:
             probe_in = health["probe_in"]
             self._out[kind][n] = _Out(now - health["out_for"],
                                       None if probe_in is None else now + max(PROBE_WAIT, probe_in),
                                       health["servers"])
         self._notify()
+
+    def _avoid(self, kind: str, n: int) -> bool:
+        """Whether worker `n` answers garbage while another worker in rotation does not."""
+        if self._bad[kind][n] is None:
+            return False
+        return any(i != n and self._bad[kind][i] is None and self._out[kind][i] is None
+                   and not self._restarting[i] for i in self._serving(kind))
 
     def _done(self, kind: str, n: int, probe: bool, alone: bool) -> None:
         self._in_flight[kind][n] -= 1
@@ -680,7 +716,8 @@ class RayWorkers:
             self._gone[n] = True
         finally:
             self._restarting[n] = False
-            self._out["chat"][n] = self._out["embedding"][n] = None  # a new process: its servers afresh
+            for kind in ("chat", "embedding"):  # a new process: its servers afresh
+                self._out[kind][n] = self._bad[kind][n] = None
             self._notify()
 
     # -- the end ----------------------------------------------------------------------------------
