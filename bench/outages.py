@@ -11,7 +11,8 @@ With --ray it also starts a local Ray cluster (a head and a worker node, one CPU
 `ray start`; stopped at the end) and sends the same calls through 2 Ray workers
 (sensegraph/llm/ray_workers.py): one of the two servers dead (with each server's concurrency 4
 split over both workers, and with concurrency 1, i.e. one server per worker, whose worker must
-hand its calls back), both dead, one worker SIGKILLed mid-run, and a head that cannot be reached.
+hand its calls back), both dead, garbage 200s on one (one server per worker), one worker
+SIGKILLed mid-run, and a head that cannot be reached.
 
     python bench/outages.py
     python bench/outages.py --calls 400 --outage-timeout 20
@@ -200,6 +201,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "Ray: one of 2 servers dead (one per worker, concurrency 1)": {"servers": ["dead", {}], "ray": True,
                                                                    "concurrency": 1},
     "Ray: all dead": {"servers": ["dead", "dead"], "ray": True},
+    "Ray: garbage 200s on one (one per worker, concurrency 1)": {"servers": [{"mock": {"faults": {"invalid": 1.0}}}, {}],
+                                                                 "ray": True, "concurrency": 1},
     "Ray: worker killed": {"servers": [{}, {}], "ray": True, "kill": True},
     "Ray: head unreachable (127.0.0.1:1)": {"servers": [], "ray": "unreachable"},
 }

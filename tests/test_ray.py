@@ -110,6 +110,10 @@ def test_a_worker_killed_mid_step_costs_no_item(cluster, tmp_path):
     units = result.tables["text_units"]
     extracted = result.tables["entities"]["text_unit_ids"].explode().dropna().unique()
     assert set(extracted) == set(units["id"])  # every unit's extraction made it
+    # the per-server counts of stats.json include those of the process that was killed
+    stats = json.loads((tmp_path / "output" / "stats.json").read_text())
+    chat_calls = stats["llm"]["total"]["calls"] - stats["llm"]["embed"]["calls"]
+    assert sum(e["answers"] for e in stats["endpoints"]["chat"].values()) == chat_calls
 
 
 def test_workers_share_the_endpoints_and_split_the_limits_of_shared_ones():

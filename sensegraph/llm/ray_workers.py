@@ -424,6 +424,8 @@ class RayWorkers:
         self._sent: list[set[str]] = [set() for _ in range(size)]  # schema keys each worker holds
         self._keys: dict[type[BaseModel], str] = {}
         self.endpoint_reports: dict[str, dict[int, dict]] = {"chat": {}, "embedding": {}}
+        # The counts of the processes of each worker that died (added to its current counts).
+        self._carried: dict[str, dict[int, dict]] = {"chat": {}, "embedding": {}}
         self.gave_up: dict[str, str | None] = {"chat": None, "embedding": None}
         self.crashes = 0  # calls whose worker died under them
 
@@ -692,6 +694,12 @@ class RayWorkers:
         if self._restarting[n] or self._gone[n]:
             return
         self._restarting[n] = True
+        for kind, reports in self.endpoint_reports.items():  # the new process counts from zero
+            before = self._carried[kind].setdefault(n, {})
+            for name, counts in reports.pop(n, {}).items():
+                mine = before.setdefault(name, {})
+                for field, value in counts.items():
+                    mine[field] = mine.get(field, 0) + value
         task = asyncio.ensure_future(self._restarted(n))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -762,6 +770,13 @@ class WorkerEndpoints:
         return self.workers.gave_up[self.kind]
 
     def report(self) -> dict[str, dict[str, Any]]:
-        return {f"worker {n}, endpoint {name}": counts
-                for n, servers in sorted(self.workers.endpoint_reports[self.kind].items())
-                for name, counts in servers.items()}
+        carried = self.workers._carried[self.kind]
+        current = self.workers.endpoint_reports[self.kind]
+        out: dict[str, dict[str, Any]] = {}
+        for n in sorted(set(carried) | set(current)):
+            for reports in (carried.get(n, {}), current.get(n, {})):
+                for name, counts in reports.items():
+                    mine = out.setdefault(f"worker {n}, endpoint {name}", {})
+                    for field, value in counts.items():
+                        mine[field] = mine.get(field, 0) + value
+        return out
