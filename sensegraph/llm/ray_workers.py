@@ -30,11 +30,15 @@ of any server of a model gets none of its calls; one with no share at all is not
 
 Routing by health, not by speed: every answer carries the worker's endpoint report, including
 whether all of its servers are out (and until when its next probe may go). The driver sends a
-call to the least loaded worker whose servers are in rotation. A worker whose servers are all out
+call to the least loaded worker whose servers are in rotation (calls in flight over its share of
+the servers' concurrency; the driver holds no call back when all are busy: it queues in the
+worker, which keeps each server's limits). A worker whose servers are all out
 does not wait for them: its client's Endpoints have `hand_back` set, so the call comes back at
-once as a HANDED_BACK answer (a marker, not a failed item; it spends no attempt of its own) and
-the driver sends it to another worker. A worker that is out gets no calls until its cool-down
-ends; then one call goes to it as the probe (half-open, as endpoints.py does per server). When
+once as a HANDED_BACK answer (a marker, not a failed item: waiting for a server costs no
+attempt) and the driver sends it to another worker. A worker that is out gets no calls until its
+cool-down ends; then the next call goes to it as the probe, before any other worker is chosen
+(half-open, as endpoints.py does per server; else, while the others answer, it would never come
+back). When
 every worker's servers are out, calls wait in the driver; when they have all been out for
 `outage_timeout` (or all refused), calls fail at once with the one-line message a single process
 gives ("no server of chat has answered for 180 s on any of the 2 Ray workers (...)"), the steps
@@ -56,8 +60,9 @@ call): a call that kills its worker every time then dies alone and fails as an L
 item recorded as failed like any other), while a call that was only beside it when it struck
 succeeds alone, so the calls beside a poison call are not lost with it, and a worker killed
 once costs no stall (its calls are simply sent again). The restarted worker serves the other
-calls; calls are not sent to a worker that is restarting; every answer that had arrived is in
-the cache.
+calls; calls are not sent to a worker that is restarting (the driver waits for its `hello`, checks
+its version again, and gives a worker up that is not back within RESTART_TIMEOUT); every answer
+that had arrived is in the cache, and the dead process's per-server counts stay in stats.json.
 
 Connecting: before `ray.init` the head's address is tried with a plain TCP connection
 (CONNECT_TIMEOUT), and ray.init itself runs under INIT_TIMEOUT, so `--ray 127.0.0.1:1` fails in
