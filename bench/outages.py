@@ -11,8 +11,9 @@ With --ray it also starts a local Ray cluster (a head and a worker node, one CPU
 `ray start`; stopped at the end) and sends the same calls through 2 Ray workers
 (sensegraph/llm/ray_workers.py): one of the two servers dead (with each server's concurrency 4
 split over both workers, and with concurrency 1, i.e. one server per worker, whose worker must
-hand its calls back), both dead, garbage 200s on one (one server per worker), one worker
-SIGKILLed mid-run, and a head that cannot be reached.
+hand its calls back), one hanging, one flapping (how soon the driver has its worker back),
+both dead, garbage 200s on one (one server per worker), one worker SIGKILLed mid-run, and a
+head that cannot be reached.
 
     python bench/outages.py
     python bench/outages.py --calls 400 --outage-timeout 20
@@ -54,10 +55,17 @@ def closed_port() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
 
 
-async def flap(server: Any, client: ChatClient, period: float, lags: list[float], stop: asyncio.Event) -> None:
+async def flap(server: Any, client: ChatClient, period: float, lags: list[float], stop: asyncio.Event,
+               workers: Any = None) -> None:
     """Down for `period` s, up for `period` s, ...; records how long after each recovery the
-    client had the server back in rotation."""
-    endpoint = client.endpoints.all[0]
+    client had the server back in rotation (on Ray: the driver had its worker back)."""
+
+    class Driver:  # (one server per worker: the driver's view of server 0's worker)
+        @property
+        def out_since(self) -> Any:
+            return workers._out["chat"][0]
+
+    endpoint = client.endpoints.all[0] if workers is None else Driver()
     while not stop.is_set():
         server.down = "503"
         await _sleep_or_stop(period, stop)
@@ -110,7 +118,7 @@ def run(name: str, setup: dict[str, Any], calls: int, outage_timeout: float,
 
     async def scenario() -> tuple[int, int]:
         stop = asyncio.Event()
-        flapper = (asyncio.ensure_future(flap(servers[0], client, setup["flap"], lags, stop))
+        flapper = (asyncio.ensure_future(flap(servers[0], client, setup["flap"], lags, stop, workers))
                    if "flap" in setup else None)
         killer = asyncio.ensure_future(kill_worker(workers, servers)) if setup.get("kill") else None
         # Items arrive in a window, as the pipeline's steps send them (index/windows.py).
@@ -200,6 +208,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "Ray: one of 2 servers dead (each worker both)": {"servers": ["dead", {}], "ray": True},
     "Ray: one of 2 servers dead (one per worker, concurrency 1)": {"servers": ["dead", {}], "ray": True,
                                                                    "concurrency": 1},
+    "Ray: one of 2 hangs (timeout 2 s, one per worker, concurrency 1)": {
+        "servers": [{"attrs": {"down": "hang"}}, {}], "timeout": 2, "ray": True, "concurrency": 1},
+    "Ray: flapping (3 s down / 3 s up, one per worker, concurrency 1)": {
+        "servers": [{}, {}], "flap": 3.0, "calls": 2, "ray": True, "concurrency": 1},
     "Ray: all dead": {"servers": ["dead", "dead"], "ray": True},
     "Ray: garbage 200s on one (one per worker, concurrency 1)": {"servers": [{"mock": {"faults": {"invalid": 1.0}}}, {}],
                                                                  "ray": True, "concurrency": 1},
