@@ -213,8 +213,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "Ray: flapping (3 s down / 3 s up, one per worker, concurrency 1)": {
         "servers": [{}, {}], "flap": 3.0, "calls": 2, "ray": True, "concurrency": 1},
     "Ray: all dead": {"servers": ["dead", "dead"], "ray": True},
-    "Ray: garbage 200s on one (one per worker, concurrency 1)": {"servers": [{"mock": {"faults": {"invalid": 1.0}}}, {}],
-                                                                 "ray": True, "concurrency": 1},
+    "Ray: garbage 200s on one (one per worker, concurrency 1)": {
+        "servers": [{"mock": {"faults": {"invalid": 1.0}}}, {}], "ray": True, "concurrency": 1},
     "Ray: worker killed": {"servers": [{}, {}], "ray": True, "kill": True},
     "Ray: head unreachable (127.0.0.1:1)": {"servers": [], "ray": "unreachable"},
 }

@@ -654,7 +654,8 @@ class RayWorkers:
             elif self._bad[kind][n] is None or self._bad[kind][n] <= now:
                 # Garbage again: avoided for a cool-down that doubles while no answer is kept.
                 s = self.settings[kind]
-                self._bad[kind][n] = now + min(s.outage_cool_down_cap, s.outage_cool_down * 2 ** self._bad_times[kind][n])
+                pause = min(s.outage_cool_down_cap, s.outage_cool_down * 2 ** self._bad_times[kind][n])
+                self._bad[kind][n] = now + pause
                 self._bad_times[kind][n] += 1
         else:
             probe_in = health["probe_in"]
@@ -715,7 +716,8 @@ class RayWorkers:
         hello = None
         while hello is None and time.monotonic() < deadline:
             try:
-                hello = await asyncio.wait_for(_get(self.actors[n].hello.remote()), max(1.0, deadline - time.monotonic()))
+                left = max(1.0, deadline - time.monotonic())
+                hello = await asyncio.wait_for(_get(self.actors[n].hello.remote()), left)
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError):
                 await asyncio.sleep(0.2)
             except asyncio.TimeoutError:
