@@ -420,3 +420,28 @@ def test_a_request_goes_to_a_server_whose_rate_limit_admits_it_now():
         await busy.__aexit__(None, None, None)
 
     asyncio.run(asyncio.wait_for(scenario(), HANG))
+
+
+def test_a_probe_to_a_server_that_now_hangs_ends_at_the_outage_deadline(servers):
+    """Both servers fail (503) and go out; then they hang. Each cool-down lets a probe through,
+    which would hold its call for the request timeout (here 20 s): once every server is out, a
+    probe gets only the time left until the outage deadline, so every call fails at the deadline
+    instead of one request timeout later."""
+    a, b = servers(), servers()
+    a.down = b.down = "503"
+    client = chat(a.base_url, b.base_url, timeout=20, max_retries=6, outage_timeout=1.0,
+                  outage_cool_down=0.05, outage_cool_down_cap=0.1)
+
+    async def scenario():
+        try:
+            first = await ask(client, 2)  # they go out
+            a.down = b.down = "hang"
+            later = await asyncio.wait_for(ask(client, 4, offset=10), 10)  # old code: held ~20 s by the probe
+            return first, later
+        finally:
+            await client.aclose()
+
+    first, later = asyncio.run(scenario())
+    assert all(isinstance(e, LLMError) for e in first + later), later
+    assert any("no server of chat has answered" in str(e) for e in later), later
+    assert a.stats["requests"] + b.stats["requests"] > 0

@@ -374,6 +374,8 @@ class ChatClient:
                 try:
                     # The endpoint's model name (an Azure deployment); the cache key keeps self.model.
                     kwargs["model"] = endpoint.model or self.model
+                    if (bound := self.endpoints.request_timeout(endpoint)) is not None:
+                        kwargs["timeout"] = bound  # a probe while every server is out: until the deadline
                     if shown is None:
                         # The reply's JSON as sent: building the library's pydantic objects for
                         # it cost ~1 ms of CPU per answer, more for long ones.

@@ -248,8 +248,10 @@ class Embedder:
         try:
             # base64 and the reply's JSON as sent: the library would turn each vector into a
             # list of Python floats (and pydantic objects), which we would turn back into an array.
+            bound = self.endpoints.request_timeout(endpoint)  # a probe while all are out: until the deadline
             raw = await self.endpoints.client(endpoint).embeddings.with_raw_response.create(
-                model=endpoint.model or self.settings.model, encoding_format="base64", **kwargs)
+                model=endpoint.model or self.settings.model, encoding_format="base64", **kwargs,
+                **({"timeout": bound} if bound is not None else {}))
             reply = raw.http_response.json()
             self.endpoints.replied(endpoint)
             return reply

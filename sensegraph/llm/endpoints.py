@@ -268,6 +268,19 @@ class Endpoints:
                     f"({n} of {n} out; {self.name}.outage_timeout = {timeout:g}): {self._servers()}")
         return None
 
+    def request_timeout(self, endpoint: Endpoint) -> float | None:
+        """The timeout for this task's request to `endpoint` when it is a probe while every server
+        is out: the time left until the outage deadline (at least 1 s), so a probe to a server that
+        now hangs cannot hold its call, and the run, a whole request timeout past the deadline.
+        None otherwise: the request's own timeout applies."""
+        if endpoint.probe is None or endpoint.probe is not asyncio.current_task():
+            return None
+        since = self._all_out_since()
+        if since is None:
+            return None
+        left = since + self.settings.outage_timeout - time.monotonic()
+        return max(1.0, min(left, float(self.settings.timeout)))
+
     def _all_out_since(self) -> float | None:
         """Since when every server has been out (None: one is in rotation)."""
         if not all(e.out for e in self.all):
