@@ -121,6 +121,12 @@ def run(name: str, setup: dict[str, Any], calls: int, outage_timeout: float,
         flapper = (asyncio.ensure_future(flap(servers[0], client, setup["flap"], lags, stop, workers))
                    if "flap" in setup else None)
         killer = asyncio.ensure_future(kill_worker(workers, servers)) if setup.get("kill") else None
+        if "then" in setup:  # after a while every server changes fault (503, then hanging)
+            async def change() -> None:
+                await _sleep_or_stop(setup["then"][0], stop)
+                for server in servers:
+                    server.down = setup["then"][1]
+            changer = asyncio.ensure_future(change())
         # Items arrive in a window, as the pipeline's steps send them (index/windows.py).
         queue = iter(range(calls))
         ok = failed = 0
@@ -136,6 +142,8 @@ def run(name: str, setup: dict[str, Any], calls: int, outage_timeout: float,
                     failed += 1
         await asyncio.gather(*(lane() for _ in range(32)))
         stop.set()
+        if "then" in setup:
+            await changer
         if flapper is not None:
             await flapper
         if killer is not None:
@@ -193,6 +201,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "one of 2 hangs (timeout 2 s)": {"servers": [{"attrs": {"down": "hang"}}, {}], "timeout": 2},
     "all dead": {"servers": ["dead", "dead"]},
     "all hang (timeout 2 s)": {"servers": [{"attrs": {"down": "hang"}}, {"attrs": {"down": "hang"}}], "timeout": 2},
+    # out on 503s, then hanging: only probes reach them, each bounded by the deadline
+    "all 503, then all hang after 1 s (timeout 60 s)": {
+        "servers": [{"attrs": {"down": "503"}}, {"attrs": {"down": "503"}}], "timeout": 60, "then": (1.0, "hang")},
     # more calls, so the run spans a few flaps
     "flapping (3 s down / 3 s up)": {"servers": [{}, {}], "flap": 3.0, "calls": 5},
     "429 storm, Retry-After 1 (both, 40%)": {"servers": [{"mock": {"faults": {"429": 0.4}, "seed": 1},
