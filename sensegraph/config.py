@@ -287,8 +287,15 @@ class QuerySettings(_Section):
     walk_damping: float = Field(0.5, gt=0, lt=1, description="graph walk: probability of walking on rather than restarting")
     # Restart mass of the nearest units next to the entities' (which is 1): defaults measured on
     # 2WikiMultihopQA (bench/multihop_recall.py; docs/performance.md has the sweep).
-    walk_unit_weight: float = Field(1.0, ge=0, description="graph walk: restart weight of the nearest text units (entities: 1)")
-    walk_seed_units: int = Field(5, ge=0, description="graph walk: text units nearest to the question that seed the walk")
+    walk_unit_weight: float = Field(2.0, ge=0, description="graph walk: restart weight of the nearest text units (entities: 1)")
+    walk_seed_units: int = Field(3, ge=0, description="graph walk: text units nearest to the question that seed the walk")
+    # Each seed group's share of the restart (the entities', the units') follows how far its best
+    # match stands out from the rest, after HippoRAG 2's seed weights that follow match quality;
+    # measured with walk_unit_weight 2 and walk_seed_units 3 on the 6,119-passage 2Wiki corpus
+    # (docs/performance.md, "The graph walk at corpus scale").
+    walk_confident_seeds: bool = Field(True, description="graph walk: weigh the entities' and the units' share of "
+                                       "the restart by how far each group's best match stands out (an off-corpus "
+                                       "question seeds weakly)")
     text_unit_share: float = Field(0.5, ge=0, le=1, description="local search: share of the context")
     community_share: float = Field(0.15, ge=0, le=1, description="local search: share of the context")
     # 0 = as many as fit the context budget, nearest first (the paper's SS); > 0 caps the count.

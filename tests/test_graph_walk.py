@@ -167,3 +167,35 @@ def test_local_search_with_the_walk_answers_from_the_walked_context(tmp_path):
     assert result.context.sections[1].records[0]["title"] == "PALO ALTO"  # the named entity leads
     assert len(llm.requests) == 1 and "directed by Gia Coppola" in last_user(llm.requests[0])
     assert result.citations == {"Sources": [0]}
+
+
+def test_confident_seeds_weigh_a_group_by_how_far_its_best_match_stands_out(tmp_path):
+    """walk_confident_seeds: with no name of the question in the index, the entities' share of
+    the restart follows how far their best match stands out, and so does the units' share."""
+    index = film_index(tmp_path, distractors=8)
+    question = "granddaughter of Carmine"  # names no entity; words of one passage only
+    off = asyncio.run(walk(query(tmp_path, index, question, walk_confident_seeds=False, walk_unit_weight=1), question))
+    sure = asyncio.run(walk(query(tmp_path, index, question, walk_confident_seeds=True, walk_unit_weight=1), question))
+    units = set(index.text_units["id"])
+
+    def unit_share(w):
+        total = sum(w.seeds.values())
+        return sum(v for k, v in w.seeds.items() if k in units) / total
+    assert abs(unit_share(off) - 0.5) < 1e-9  # fixed: entities 1, units walk_unit_weight 1
+    assert abs(unit_share(sure) - 0.5) > 0.01  # the groups' shares now differ, as their best matches do
+    # a question naming an entity keeps the entities' full share
+    named = "Palo Alto"
+    a = asyncio.run(walk(query(tmp_path, index, named, walk_confident_seeds=False), named))
+    b = asyncio.run(walk(query(tmp_path, index, named, walk_confident_seeds=True), named))
+    assert sum(v for k, v in b.seeds.items() if k not in units) == sum(v for k, v in a.seeds.items() if k not in units)
+
+
+def test_a_match_that_stands_out_weighs_more_than_one_that_barely_beats_the_crowd():
+    from sensegraph.query.graph_walk import _standing_out
+
+    crowd = np.linspace(0.80, 0.82, 200)
+    peaked = np.append(crowd, 0.95)
+    barely = np.append(crowd, 0.821)
+    assert _standing_out(peaked) > 3 * _standing_out(barely)
+    assert _standing_out(np.full(10, 0.8)) == 1.0  # no spread: the group's plain share
+    assert _standing_out(np.array([-1.0, -1.0])) == 1.0  # no vectors
