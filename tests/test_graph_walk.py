@@ -199,3 +199,19 @@ def test_a_match_that_stands_out_weighs_more_than_one_that_barely_beats_the_crow
     assert _standing_out(peaked) > 3 * _standing_out(barely)
     assert _standing_out(np.full(10, 0.8)) == 1.0  # no spread: the group's plain share
     assert _standing_out(np.array([-1.0, -1.0])) == 1.0  # no vectors
+
+
+def test_embedding_many_entities_on_first_use_shows_its_progress(tmp_path):
+    """The first local question of a lazy index embeds every concept (minutes on a large corpus):
+    it says so, then reports its progress, and writes the vectors so it happens once."""
+    n = 200
+    index = graph_index(tmp_path, [(f"THING {i}", f"thing number {i}", [f"u{i}"]) for i in range(n)], [],
+                        [(f"u{i}", f"text {i}") for i in range(n)])
+    settings = load_settings(tmp_path, overrides={"embedding": {"batch_size": 8}, "cache": {"enabled": False}})
+    lines: list[str] = []
+    vectors = asyncio.run(index.vectors("entities", embedder(settings), lines.append))
+    assert len(vectors.ids) == n
+    assert lines[0].startswith(f"embedding {n} entities")
+    progress = [line for line in lines if "embedded" in line]
+    assert 5 <= len(progress) <= 10 and all(" s left)" in line for line in progress), lines
+    assert progress[0].strip().startswith("embedded 24 of 200")  # the first tenth, in whole batches

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,8 +166,16 @@ class GraphIndex:
             text_of = EMBEDDED_FIELDS[name]
             texts = [str(text_of(row)) for _, row in df.iterrows()]
             batch = max(1, embedder.settings.batch_size)
-            parts = [await embedder.embed(texts[i:i + batch], kind="passage", step="embed")
-                     for i in range(0, len(texts), batch)]
+            parts = []
+            step = max(batch, -(-len(texts) // 10))  # a progress line every tenth of a long job
+            t0 = time.monotonic()
+            for i in range(0, len(texts), batch):
+                parts.append(await embedder.embed(texts[i:i + batch], kind="passage", step="embed"))
+                done = min(i + batch, len(texts))
+                if len(texts) > 10 * batch and done < len(texts) and done // step > i // step:
+                    rate = done / max(time.monotonic() - t0, 1e-9)
+                    log(f"  embedded {done:,} of {len(texts):,} {what} "
+                        f"(about {(len(texts) - done) / rate:.0f} s left)")
             matrix = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
             index = VectorIndex(df["id"].tolist(), matrix)
             if writable(self.output_dir):
