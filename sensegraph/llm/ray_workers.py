@@ -88,6 +88,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -97,7 +98,6 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from .. import __version__
 from ..config import ChatSettings, EmbeddingSettings, ModelSettings, Settings
 from .client import ChatClient, strict_schema
 from .embeddings import Embedder
@@ -105,7 +105,14 @@ from .endpoints import INVALID_IN_ROW, LOG_EVERY, Endpoints, HandBack, _short
 from .transport import LLMError
 from .usage import StepUsage, Usage
 
-VERSION = __version__  # what the driver runs; every node must run the same (tests change it here)
+def _version() -> str:
+    # The package's version, read from the package already imported (a parent is imported before
+    # its submodules) rather than by `from .. import`: the package re-exports the API, which
+    # imports the pipeline, which imports this module.
+    return sys.modules[__name__.split(".")[0]].__version__
+
+
+VERSION = _version()  # what the driver runs; every node must run the same (tests change it here)
 CRASH_RETRIES = 2  # a call whose worker dies under it is sent again at most this many times
 CONNECT_TIMEOUT = 10.0  # seconds for the TCP connection to the head, before ray.init
 INIT_TIMEOUT = 60.0  # seconds for ray.init to connect once the head answers
@@ -206,7 +213,7 @@ class ModelWorker:
 
     def hello(self) -> dict[str, Any]:
         """Who this worker is: its process, its node, and the sensegraph version it imported."""
-        from .. import __version__ as version
+        version = _version()
 
         try:
             import ray
