@@ -226,6 +226,18 @@ def test_pipeline_merges_when_enabled_and_cli_dry_run_lists(tmp_path, server):
 
 # -- failures are failed items, never a silent "not merged" ----------------------------------------
 
+
+async def held(fake) -> None:
+    """One call of a fake model: in flight for `fake.delay` s, counted in `fake.in_flight` and
+    its peak in `fake.most_in_flight`."""
+    fake.in_flight += 1
+    fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
+    try:
+        await asyncio.sleep(fake.delay)
+    finally:
+        fake.in_flight -= 1
+
+
 class FailingLLM(FakeLLM):
     """FakeLLM whose confirmation of the pairs in `fail` and whose summaries of the names in
     `fail_summary` fail as a call does after every retry; counts the calls in flight."""
@@ -239,12 +251,7 @@ class FailingLLM(FakeLLM):
         self.summarised: list[str] = []
 
     async def _call(self) -> None:
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            await asyncio.sleep(self.delay)
-        finally:
-            self.in_flight -= 1
+        await held(self)
 
     async def structured(self, messages, model, *, step, item, max_tokens):
         await self._call()
@@ -274,12 +281,7 @@ class FakeEmbedder:
     async def embed(self, texts, *, kind, step):
         assert step == "resolve"
         self.sizes.append(len(texts))
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            await asyncio.sleep(self.delay)
-        finally:
-            self.in_flight -= 1
+        await held(self)
         if any(t.startswith(self.fail) for t in texts if self.fail):
             raise LLMError("embedding", "HTTP 503", 3)
         rows = np.stack([np.random.default_rng(list(hashlib.sha256(t.encode()).digest())).normal(size=64)
