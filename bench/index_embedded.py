@@ -4,6 +4,8 @@
     python bench/index_embedded.py --parallel 4                      # the same on 4 slots
     python bench/index_embedded.py --code /tmp/before                # another checkout's code (before/after)
     python bench/index_embedded.py --corpus ../shared/data/christmas-carol.txt --lines 0:400
+    python bench/index_embedded.py --redocred 10 --keep /tmp/redocred10   # 10 held-out Re-DocRED documents
+    python bench/index_embedded.py --again /tmp/redocred10               # rerun a kept project (cache on)
 
 Makes a new project in a temporary folder (empty answer cache), runs `sensegraph index` in a
 child process and times it, then prints per step the LLM calls and tokens the run made beside
@@ -35,13 +37,22 @@ DULCE = ROOT.parent / "shared" / "data" / "operation-dulce.txt"
 STEPS = ("extract", "claims", "summarize", "community_reports")
 
 
-def make_project(folder: Path, corpus: Path, lines: str | None, size: str, parallel: int) -> None:
-    text = corpus.read_text(encoding="utf-8")
-    if lines:
-        a, b = (int(x) if x else None for x in lines.split(":"))
-        text = "\n".join(text.splitlines()[a:b])
+def make_project(folder: Path, corpus: Path, lines: str | None, size: str, parallel: int,
+                 redocred: int = 0, seed: int = 2) -> None:
     (folder / "input").mkdir(parents=True)
-    (folder / "input" / corpus.name).write_text(text, encoding="utf-8")
+    if redocred:
+        # Held-out documents (no extraction check was shaped on them), one file each, as a
+        # user's folder of short articles would be.
+        from extraction_quality import detokenise, load
+        for i, doc in enumerate(load(redocred, seed, held_out=True)):
+            (folder / "input" / f"{i:02d}.txt").write_text(doc["title"] + "\n\n" + detokenise(doc["sents"]),
+                                                            encoding="utf-8")
+    else:
+        text = corpus.read_text(encoding="utf-8")
+        if lines:
+            a, b = (int(x) if x else None for x in lines.split(":"))
+            text = "\n".join(text.splitlines()[a:b])
+        (folder / "input" / corpus.name).write_text(text, encoding="utf-8")
     (folder / "settings.yaml").write_text(
         f"chat:\n  provider: local\nlocal:\n  size: {size}\n  parallel: {parallel}\n"
         "embedding:\n  provider: local\n", encoding="utf-8")
@@ -67,6 +78,31 @@ def run_index(folder: Path, code: str | None, log: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, rc
 
 
+def hierarchy(console: Console, out: Path) -> None:
+    """Where the report step's calls go: communities per level, the copies carried down from a
+    parent (they reuse its report), the reports written, their size in entities, and their length."""
+    import pandas as pd
+
+    from sensegraph.tokens import count_tokens
+
+    comms = pd.read_parquet(out / "communities.parquet")
+    reports = pd.read_parquet(out / "community_reports.parquet")
+    entities = pd.read_parquet(out / "entities.parquet")
+    table = Table(title=f"Hierarchy: {len(entities)} entities, {len(comms)} communities")
+    for col in ("level", "communities", "carried", "reports written", "entities per written (1 / 2 / 3+)",
+                "report tokens (mean)"):
+        table.add_column(col, justify="right")
+    carried = comms["carried"] if "carried" in comms.columns else pd.Series(False, index=comms.index)
+    for level, group in comms.groupby("level"):
+        own = group[~carried.loc[group.index].astype(bool)]
+        written = reports[reports["community"].isin(own["community"])] if "community" in reports else reports.iloc[0:0]
+        sizes = own[own["community"].isin(written["community"])]["entity_ids"].map(len)
+        tokens = written["full_content"].map(count_tokens).mean() if len(written) else 0
+        table.add_row(str(level), str(len(group)), str(int(carried.loc[group.index].sum())), str(len(written)),
+                      f"{(sizes == 1).sum()} / {(sizes == 2).sum()} / {(sizes >= 3).sum()}", f"{tokens:.0f}")
+    console.print(table)
+
+
 def off(actual: int, estimate: int) -> str:
     return f"{(estimate - actual) / actual:+.0%}" if actual else "–"
 
@@ -79,28 +115,37 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=2, help="llama.cpp server slots")
     ap.add_argument("--code", help="import sensegraph from this folder in the child (another checkout)")
     ap.add_argument("--keep", type=Path, help="make the project here (must not exist) and keep it")
+    ap.add_argument("--redocred", type=int, default=0, metavar="N",
+                    help="index N held-out Re-DocRED test documents (one file each) instead of --corpus")
+    ap.add_argument("--seed", type=int, default=2, help="which Re-DocRED documents --redocred draws")
+    ap.add_argument("--again", type=Path, metavar="PROJECT",
+                    help="rerun `sensegraph index` on a kept project (its cache on): what a code change reruns")
     args = ap.parse_args()
     if not args.corpus.exists():
         sys.exit(f"{args.corpus} not found: pass --corpus, or run from a checkout beside ../shared/data")
     console = Console(width=max(150, Console().width))  # the table is wide; logs are not terminals
     holder = None
-    if args.keep:
+    if args.again:
+        folder = args.again
+    elif args.keep:
         folder = args.keep
         if folder.exists():
             sys.exit(f"{folder} exists: --keep needs a new folder, so the cache starts empty")
     else:
         holder = tempfile.TemporaryDirectory(prefix="sensegraph-index-embedded-")
         folder = Path(holder.name) / "project"
-    make_project(folder, args.corpus, args.lines, args.size, args.parallel)
+    if not args.again:
+        make_project(folder, args.corpus, args.lines, args.size, args.parallel, args.redocred, args.seed)
     estimate = dry_run(folder)
     log = folder / "index.log"
-    console.print(f"Indexing {args.corpus.name} with the embedded {args.size} model on {args.parallel} slots"
+    name = f"{args.redocred} Re-DocRED documents" if args.redocred else args.corpus.name
+    console.print(f"Indexing {name} with the embedded {args.size} model on {args.parallel} slots"
                   f"{' using ' + args.code if args.code else ''}; progress in {log}")
     seconds, rc = run_index(folder, args.code, log)
     stats = json.loads((folder / "output" / "stats.json").read_text()) if (folder / "output" / "stats.json").exists() else {}
     steps = stats.get("steps", {})
 
-    table = Table(title=f"{args.corpus.name}: {args.size}, {args.parallel} slots, wall {seconds / 60:.1f} min"
+    table = Table(title=f"{name}: {args.size}, {args.parallel} slots, wall {seconds / 60:.1f} min"
                         f" (exit {rc})")
     for col in ("step", "seconds", "calls", "est.", "off", "prompt tok", "est.", "off",
                 "completion tok", "est.", "off", "cached prompt tok"):
@@ -131,6 +176,7 @@ def main() -> None:
         if detail:
             console.print(f"  {name}: {detail}")
     if rc == 0:
+        hierarchy(console, folder / "output")
         ratios = measured_ratios(folder)
         console.print("Measured ratios (compare sensegraph/index/estimate.py RATIOS['local']): "
                       + json.dumps({k: round(v, 3) for k, v in ratios.items()}))

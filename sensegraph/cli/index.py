@@ -130,6 +130,7 @@ def run_index(settings, *, no_cache: bool = False, allow_partial: bool = False, 
     from ..index.pipeline import run_index as pipeline_run
     from ..llm import BudgetReached, LLMError
     from ..llm.doctor import preflight
+    from ..llm.embedded import EmbeddedModelError
     from ..llm.ray_workers import RayUnavailable
 
     run = run or pipeline_run
@@ -155,6 +156,8 @@ def run_index(settings, *, no_cache: bool = False, allow_partial: bool = False, 
         fail(str(exc), code=BUDGET_EXIT)
     except LLMError as exc:
         fail(str(exc), code=1)
+    except EmbeddedModelError as exc:  # e.g. a damaged part, found when the model is joined
+        fail(escape(str(exc)))
 
 
 def print_summary(result) -> None:

@@ -236,10 +236,17 @@ async def preflight(settings: Settings, sections: tuple[str, ...] = ("chat", "em
             problems.append(str(exc))
     for section in sections:
         m: ModelSettings = getattr(settings, section)
-        if m.provider != "openai":
-            continue  # the embedded models are checked when they start
         if section == "chat" and settings.index_method == "lazy":
             continue  # a lazy index makes no chat call
+        if m.provider != "openai":
+            # The embedded models: installed? (They are verified and started at their first call.)
+            from .embedded import install_problem
+            from .embeddings import local_embedder_problem
+
+            sentence = install_problem(settings.local) if section == "chat" else local_embedder_problem()
+            if sentence:
+                problems.append(sentence)
+            continue
         sentence = await _preflight_endpoint(settings, section)
         if sentence:
             problems.append(_scrub(sentence, settings))

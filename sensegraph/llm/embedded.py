@@ -102,6 +102,19 @@ def part_paths(spec: ModelSpec) -> list[Path]:
     return paths
 
 
+def install_problem(local: LocalModelSettings) -> str | None:
+    """Why the embedded model cannot start, said before any work (None when it can): its part
+    packages are missing and it was never joined. Cheap: no hashing, no import of the parts."""
+    spec = _spec(local)
+    if _sidecar_trusted(model_dir(local) / spec.filename, spec):
+        return None
+    try:
+        part_paths(spec)
+    except EmbeddedModelError as exc:
+        return str(exc)
+    return None
+
+
 def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".verified")
 

