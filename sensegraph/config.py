@@ -196,6 +196,10 @@ class CommunitySettings(_Section):
 class ReportSettings(_Section):
     max_input_tokens: int = Field(6000, ge=500)
     max_tokens: int = Field(1500, ge=200)
+    # Below the root, a community of fewer entities (and no claim or sub-community of its own) gets
+    # a report written from its rows, without a model call: its parent's report reads the same
+    # rows. 1 asks the model for every community of two or more entities.
+    llm_min_entities: int = Field(3, ge=1)
 
 
 class ResolutionSettings(_Section):

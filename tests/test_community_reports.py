@@ -14,7 +14,7 @@ from scripted import ScriptedLLM, schema_name
 from test_communities import make_graph
 
 from sensegraph.config import ReportSettings, Settings
-from sensegraph.index import report_checks
+from sensegraph.index import community_reports, report_checks
 from sensegraph.index.communities import build_communities
 from sensegraph.index.community_reports import COLUMNS, SINGLE_ENTITY_EXPLANATION, write_reports
 from sensegraph.tokens import count_tokens
@@ -45,8 +45,9 @@ def entities_in(prompt: str) -> set[str]:
 
 
 def llm_written(reports: pd.DataFrame) -> pd.DataFrame:
-    """Reports an LLM wrote: not carried copies, not single-entity reports from a description."""
-    single = reports["rating_explanation"] == SINGLE_ENTITY_EXPLANATION["en"]
+    """Reports an LLM wrote: not carried copies, not single-entity or small ones written from rows."""
+    single = reports["rating_explanation"].isin([SINGLE_ENTITY_EXPLANATION["en"],
+                                                 community_reports.ELEMENTARY_EXPLANATION["en"]])
     return reports[~reports["carried"] & ~single]
 
 
@@ -244,7 +245,7 @@ def test_large_budget_uses_raw_elements(large_budget):
 def test_leaf_context_respects_budget_and_combined_degree(small_budget):
     entities, relationships, comms, reporter, reports, _, _ = small_budget
     rel = relationships.set_index("id")
-    leaves = reports[(reports["children"].map(len) == 0) & ~reports["carried"]]
+    leaves = llm_written(reports[reports["children"].map(len) == 0])
     truncated = 0
     for _, row in leaves.iterrows():
         prompt = prompt_of(reporter, row)
@@ -664,3 +665,48 @@ def test_unknown_names_are_flagged():
     assert report_checks.unknown_names("John Smith met Leonard Bernstein. The Board agreed.",
                                        ctx) == ["Leonard Bernstein"]
     assert report_checks.unknown_names("“孙悟空”与《西游记》", ctx) == ["西游记"]
+
+
+def test_small_community_below_the_root_is_written_from_its_rows_without_a_call():
+    """A pair below the root: an LLM report could only restate its two rows, which its parent's
+    report reads anyway. Its report is written in code and cites them; the root still gets a call,
+    and reports.llm_min_entities 1 asks the model for every community again."""
+    titles = ["Ada", "Bob", "Cy", "Dee"]
+    entities = pd.DataFrame({"id": [f"e{i}" for i in range(4)], "human_readable_id": range(4), "title": titles,
+                             "type": "person", "description": [f"{t} is a person." for t in titles],
+                             "text_unit_ids": [["tu0"]] * 4, "degree": [2, 1, 2, 1]})
+    pairs = [("Ada", "Bob"), ("Cy", "Dee"), ("Ada", "Cy")]
+    relationships = pd.DataFrame({"id": [f"r{i}" for i in range(3)], "human_readable_id": range(3),
+                                  "source": [a for a, _ in pairs], "target": [b for _, b in pairs],
+                                  "description": [f"{a} married {b}." for a, b in pairs],
+                                  "weight": 1.0, "combined_degree": 3, "text_unit_ids": [["tu0"]] * 3,
+                                  "co_occurrence": [False, True, False]})
+    comms = pd.DataFrame({"id": ["c0", "c1", "c2"], "community": [0, 1, 2], "level": [0, 1, 1], "parent": [-1, 0, 0],
+                          "children": [[1, 2], [], []], "entity_ids": [["e0", "e1", "e2", "e3"], ["e0", "e1"], ["e2", "e3"]],
+                          "relationship_ids": [["r0", "r1", "r2"], ["r0"], ["r1"]], "size": [4, 2, 2],
+                          "carried": False})
+    reporter = Reporter()
+    reports, failed = run(comms, entities, relationships, reporter, budget=2000)
+    assert failed == [] and len(reports) == 3
+    assert len(reporter.prompts) == 1 and entities_in(reporter.prompts[0]) == set(titles)  # the root only
+    pair = reports.set_index("community").loc[1]
+    assert pair["title"] == "Ada and Bob" and pair["summary"] == "Ada married Bob."
+    cited = " ".join(f["explanation"] for f in pair["findings"])
+    assert "[Data: Entities (0)]" in cited and "[Data: Entities (1)]" in cited and "[Data: Relationships (0)]" in cited
+    weak = reports.set_index("community").loc[2]  # linked only by a co-occurrence edge
+    assert weak["summary"] == "Cy is a person. Dee is a person." and weak["rank"] == 1.0
+    assert pair["rank"] == 2.0  # below the cap of a two-entity community
+    assert weak["rating_explanation"] == community_reports.ELEMENTARY_EXPLANATION["en"]
+
+    every = Reporter()
+    settings = Settings(reports=ReportSettings(max_input_tokens=2000, max_tokens=800, llm_min_entities=1))
+
+    async def go():
+        llm = every.llm.client(cache=None)
+        try:
+            return await write_reports(comms, entities, relationships, None, llm, settings=settings, language="en")
+        finally:
+            await llm.aclose()
+
+    asyncio.run(go())
+    assert len(every.prompts) == 3

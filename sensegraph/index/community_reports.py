@@ -130,6 +130,10 @@ class _Elements:
     header_tokens: dict[str, int] = field(default_factory=dict)
     weak: set[str] = field(default_factory=set)  # ids of co-occurrence edges (cooccurrence_edges.py)
 
+    def edge_source(self, rid: str) -> tuple:
+        """(human_readable_id, source, target, description, combined_degree) of a relationship."""
+        return self.edge._sources[rid]
+
 
 def _elements(entities: pd.DataFrame, relationships: pd.DataFrame,
               covariates: pd.DataFrame | None) -> _Elements:
@@ -453,6 +457,45 @@ def _single_entity_report(title: str, description: str, human_readable_id: objec
                                     explanation=f"{description} [Data: Entities ({human_readable_id})]")])
 
 
+ELEMENTARY_EXPLANATION = {
+    "en": "A small community below the root, written from its elements without a model call: its parent's "
+          "report reads the same elements (reports.llm_min_entities).",
+    "zh": "根层以下的小社区，直接由其元素写成，未调用模型：其上级社区的报告读取相同的元素（reports.llm_min_entities）。",
+}
+_AND = {"en": " and ", "zh": "与"}
+
+
+def _elementary(c: _Community, el: _Elements, comms: dict[int, _Community], min_entities: int) -> bool:
+    """Below the root, a community of fewer than `min_entities` entities with no sub-community or
+    claim of its own. An LLM report of it can only restate its few rows, and its parent's report
+    already reads them (as rows, or as this report when the parent must be composed); on Re-DocRED
+    such communities were most of the report calls of a standard index."""
+    own_children = [n for n in c.children if n in comms and not comms[n].carried]
+    return (c.parent >= 0 and len(c.titles) < min_entities and not own_children
+            and not any(el.claims.get(t) for t in c.titles))
+
+
+def _elementary_report(c: _Community, el: _Elements, entity_info: dict[str, tuple[str, object]],
+                       language: str) -> Report:
+    """The report of an elementary community, from its rows: its relationships say what the
+    community is about, each entity and relationship is a finding citing its row."""
+    findings = [Finding(summary=t, explanation=f"{entity_info[t][0]} [Data: Entities ({entity_info[t][1]})]")
+                for t in c.titles]
+    related = []
+    for rid in c.edge_ids:
+        hid, source, target, description, _ = el.edge_source(rid)
+        findings.append(Finding(summary=f"{source} – {target}",
+                                explanation=f"{description} [Data: Relationships ({hid})]"))
+        if rid not in el.weak:
+            related.append(str(description))
+    summary = " ".join(related) if related else " ".join(entity_info[t][0] for t in c.titles)
+    extracted = sum(r not in el.weak for r in c.edge_ids)
+    return Report(title=_AND.get(language, _AND["en"]).join(c.titles), summary=summary,
+                  rating=max(1.0, report_checks.rating_cap(len(c.titles), extracted) - 1.0),
+                  rating_explanation=ELEMENTARY_EXPLANATION.get(language, ELEMENTARY_EXPLANATION["en"]),
+                  findings=findings[:MAX_FINDINGS])
+
+
 def _communities(communities: pd.DataFrame, el: _Elements) -> dict[int, _Community]:
     out = {}
     carried = communities["carried"] if "carried" in communities else [False] * len(communities)
@@ -542,9 +585,12 @@ async def write_reports(
             for n in c.children:
                 if n in finished:
                     await finished[n].wait()
-        if _isolated_entity(c, el, comms):
-            title = c.titles[0]
-            report = _single_entity_report(title, *entity_info[title], language)
+        if _isolated_entity(c, el, comms) or _elementary(c, el, comms, settings.reports.llm_min_entities):
+            if _isolated_entity(c, el, comms):
+                title = c.titles[0]
+                report = _single_entity_report(title, *entity_info[title], language)
+            else:
+                report = _elementary_report(c, el, entity_info, language)
             reports[c.number] = report
             rows[c.number] = _row_of(c, report, 0, False, today)
             if advance:
