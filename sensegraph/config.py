@@ -196,9 +196,9 @@ class CommunitySettings(_Section):
 class ReportSettings(_Section):
     max_input_tokens: int = Field(6000, ge=500)
     max_tokens: int = Field(1500, ge=200)
-    # Below the root, a community of fewer entities (and no claim or sub-community of its own) gets
-    # a report written from its rows, without a model call: its parent's report reads the same
-    # rows. 1 asks the model for every community of two or more entities.
+    # Below the root, a community with no claim or sub-community of its own and fewer entities
+    # than this (or no extracted relationship, only co-occurrence edges) gets a report written
+    # from its rows, without a model call: its parent's report reads the same rows.
     llm_min_entities: int = Field(3, ge=1)
 
 

@@ -670,7 +670,7 @@ def test_unknown_names_are_flagged():
 def test_small_community_below_the_root_is_written_from_its_rows_without_a_call():
     """A pair below the root: an LLM report could only restate its two rows, which its parent's
     report reads anyway. Its report is written in code and cites them; the root still gets a call,
-    and reports.llm_min_entities 1 asks the model for every community again."""
+    and reports.llm_min_entities 1 asks the model for the pair again."""
     titles = ["Ada", "Bob", "Cy", "Dee"]
     entities = pd.DataFrame({"id": [f"e{i}" for i in range(4)], "human_readable_id": range(4), "title": titles,
                              "type": "person", "description": [f"{t} is a person." for t in titles],
@@ -709,4 +709,34 @@ def test_small_community_below_the_root_is_written_from_its_rows_without_a_call(
             await llm.aclose()
 
     asyncio.run(go())
-    assert len(every.prompts) == 3
+    # the root and the related pair; the pair named together only (a co-occurrence edge) stays free
+    assert sorted(map(sorted, map(entities_in, every.prompts))) == [["Ada", "Bob"], titles]
+
+
+def test_sub_community_of_only_co_occurring_entities_costs_no_call():
+    """Leiden may split off entities that sentences merely name together: below the root, with
+    no extracted relationship among them, their report is their rows; at the root it is asked."""
+    titles = ["Ada", "Bob", "Cy", "Dee", "Eve", "Fay"]
+    entities = pd.DataFrame({"id": [f"e{i}" for i in range(6)], "human_readable_id": range(6), "title": titles,
+                             "type": "person", "description": [f"{t} is a person." for t in titles],
+                             "text_unit_ids": [["tu0"]] * 6, "degree": 2})
+    pairs = [("Ada", "Bob", False), ("Bob", "Cy", False), ("Dee", "Eve", True), ("Eve", "Fay", True),
+             ("Cy", "Dee", False)]
+    relationships = pd.DataFrame({"id": [f"r{i}" for i in range(5)], "human_readable_id": range(5),
+                                  "source": [a for a, _, _ in pairs], "target": [b for _, b, _ in pairs],
+                                  "description": [f"{a} and {b}." for a, b, _ in pairs], "weight": 1.0,
+                                  "combined_degree": 4, "text_unit_ids": [["tu0"]] * 5,
+                                  "co_occurrence": [w for _, _, w in pairs]})
+    comms = pd.DataFrame({"id": ["c0", "c1", "c2", "c3"], "community": [0, 1, 2, 3], "level": [0, 1, 1, 0],
+                          "parent": [-1, 0, 0, -1], "children": [[1, 2], [], [], []],
+                          "entity_ids": [["e0", "e1", "e2", "e3", "e4", "e5"], ["e0", "e1", "e2"], ["e3", "e4", "e5"],
+                                         ["e3", "e4", "e5"]],
+                          "relationship_ids": [["r0", "r1", "r2", "r3", "r4"], ["r0", "r1"], ["r2", "r3"], ["r2", "r3"]],
+                          "size": [6, 3, 3, 3], "carried": False})
+    reporter = Reporter()
+    reports, failed = run(comms, entities, relationships, reporter, budget=2000)
+    asked = [entities_in(p) for p in reporter.prompts]
+    assert sorted(map(sorted, asked)) == sorted([titles, ["Ada", "Bob", "Cy"], ["Dee", "Eve", "Fay"]])
+    weak = reports.set_index("community").loc[2]
+    assert weak["rating_explanation"] == community_reports.ELEMENTARY_EXPLANATION["en"]
+    assert weak["summary"] == "Dee is a person. Eve is a person. Fay is a person."

@@ -466,13 +466,15 @@ _AND = {"en": " and ", "zh": "与"}
 
 
 def _elementary(c: _Community, el: _Elements, comms: dict[int, _Community], min_entities: int) -> bool:
-    """Below the root, a community of fewer than `min_entities` entities with no sub-community or
-    claim of its own. An LLM report of it can only restate its few rows, and its parent's report
-    already reads them (as rows, or as this report when the parent must be composed); on Re-DocRED
-    such communities were most of the report calls of a standard index."""
+    """Below the root, a community with no sub-community or claim of its own that has fewer than
+    `min_entities` entities, or no extracted relationship at all (Leiden split off entities that
+    one sentence merely names together: co-occurrence edges only). An LLM report of it can only
+    restate its rows, and its parent's report already reads them (as rows, or as this report
+    when the parent must be composed)."""
     own_children = [n for n in c.children if n in comms and not comms[n].carried]
-    return (c.parent >= 0 and len(c.titles) < min_entities and not own_children
-            and not any(el.claims.get(t) for t in c.titles))
+    if c.parent < 0 or own_children or any(el.claims.get(t) for t in c.titles):
+        return False
+    return len(c.titles) < min_entities or all(r in el.weak for r in c.edge_ids)
 
 
 def _elementary_report(c: _Community, el: _Elements, entity_info: dict[str, tuple[str, object]],
