@@ -458,9 +458,9 @@ def _single_entity_report(title: str, description: str, human_readable_id: objec
 
 
 ELEMENTARY_EXPLANATION = {
-    "en": "A small community below the root, written from its elements without a model call: its parent's "
-          "report reads the same elements (reports.llm_min_entities).",
-    "zh": "根层以下的小社区，直接由其元素写成，未调用模型：其上级社区的报告读取相同的元素（reports.llm_min_entities）。",
+    "en": "A small or only loosely linked community below the root, written from its elements without a model "
+          "call: its parent's report reads the same elements (reports.llm_min_entities).",
+    "zh": "根层以下的小社区或仅松散关联的社区，直接由其元素写成，未调用模型：其上级社区的报告读取相同的元素（reports.llm_min_entities）。",
 }
 _AND = {"en": " and ", "zh": "与"}
 
@@ -491,9 +491,8 @@ def _elementary_report(c: _Community, el: _Elements, entity_info: dict[str, tupl
         if rid not in el.weak:
             related.append(str(description))
     summary = " ".join(related) if related else " ".join(entity_info[t][0] for t in c.titles)
-    extracted = sum(r not in el.weak for r in c.edge_ids)
     return Report(title=_AND.get(language, _AND["en"]).join(c.titles), summary=summary,
-                  rating=max(1.0, report_checks.rating_cap(len(c.titles), extracted) - 1.0),
+                  rating=max(1.0, report_checks.rating_cap(len(c.titles), len(related)) - 1.0),
                   rating_explanation=ELEMENTARY_EXPLANATION.get(language, ELEMENTARY_EXPLANATION["en"]),
                   findings=findings[:MAX_FINDINGS])
 
@@ -587,12 +586,12 @@ async def write_reports(
             for n in c.children:
                 if n in finished:
                     await finished[n].wait()
-        if _isolated_entity(c, el, comms) or _elementary(c, el, comms, settings.reports.llm_min_entities):
-            if _isolated_entity(c, el, comms):
-                title = c.titles[0]
-                report = _single_entity_report(title, *entity_info[title], language)
-            else:
-                report = _elementary_report(c, el, entity_info, language)
+        report = None
+        if _isolated_entity(c, el, comms):
+            report = _single_entity_report(c.titles[0], *entity_info[c.titles[0]], language)
+        elif _elementary(c, el, comms, settings.reports.llm_min_entities):
+            report = _elementary_report(c, el, entity_info, language)
+        if report is not None:
             reports[c.number] = report
             rows[c.number] = _row_of(c, report, 0, False, today)
             if advance:
