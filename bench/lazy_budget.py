@@ -35,13 +35,14 @@ import time
 import zipfile
 from pathlib import Path
 
+import yaml
 from relevance_tester import CORPUS, QUESTIONS, SHARED, project
 from sensegraph.config import load_settings
 from sensegraph.index.pipeline import run_index
 from sensegraph.llm import open_chat
 from sensegraph.query import Searcher
 from sensegraph.query.answer import Query
-from sensegraph.query.lazy_search import lazy_search
+from sensegraph.query.lazy_search import lazy_search, retrieve
 
 PODCAST = SHARED / "podcast"
 
@@ -53,18 +54,25 @@ def settings_for(root: Path, size: str, chat: dict, extra: dict):
     return load_settings(root, overrides=overrides, env={})
 
 
-async def ask(settings, question: str, budget: int) -> tuple[dict, dict]:
+async def ask(settings, question: str, budget: int, retrieval_only: bool = False) -> tuple[dict, dict]:
     searcher = Searcher.open(settings)
     llm = open_chat(settings, cache=searcher.cache)
     try:
         q = Query(question, settings, searcher.index, llm, searcher.embedder)
         t0 = time.perf_counter()
-        result = await lazy_search(q, budget=budget)
+        if retrieval_only:  # subqueries and tests only: what was found, without claims and answer
+            _, _, search = await retrieve(q, budget, [])
+            units = q.index.text_units
+            stats = {"tests_used": search.used, "claims_used": [],
+                     "tested": [{"id": units.iloc[t.row]["id"], "relevant": t.relevant}
+                                for t in search.tests.values()]}
+        else:
+            stats = (await lazy_search(q, budget=budget)).stats
         seconds = time.perf_counter() - t0
         total = llm.usage.total()
         cost = {"seconds": seconds, "calls": total.calls, "cached": total.cache_hits,
                 "prompt": total.prompt_tokens, "completion": total.completion_tokens}
-        return result.stats, cost
+        return stats, cost
     finally:
         await llm.aclose()
         await searcher.aclose()
@@ -85,6 +93,7 @@ def two_wiki(args, chat: dict) -> None:
     root = project(Path(args.workdir), args.size, chat, 120)
     base = settings_for(root, args.size, chat, {})
     asyncio.run(run_index(base, log=lambda m: None))
+    base = settings_for(root, args.size, chat, args.extra)
     questions = json.loads(QUESTIONS.read_text())[args.first - 1: args.first - 1 + args.questions]
     index_units = Searcher.open(base).index
     docs = index_units.tables["documents"]
@@ -96,7 +105,7 @@ def two_wiki(args, chat: dict) -> None:
         rows[budget] = []
         print(f"\nbudget {budget}:")
         for n, item in enumerate(questions):
-            stats, cost = asyncio.run(ask(base, item["question"], budget))
+            stats, cost = asyncio.run(ask(base, item["question"], budget, args.retrieval_only))
             gold = set(item["supporting_titles"])
             relevant = [t["id"] for t in stats["tested"] if t["relevant"]]
             cited = {id_of_ref[s] for c in stats["claims_used"] for s in c["sources"] if s in id_of_ref}
@@ -143,7 +152,7 @@ def podcast(args, chat: dict) -> None:
                     (root / "input" / Path(name).name).write_bytes(z.read(name))
     if not (root / "settings.yaml").exists():
         (root / "settings.yaml").write_text(f"index_method: lazy\nlocal:\n  size: {args.size}\n")
-    settings = settings_for(root, args.size, chat, {})
+    settings = settings_for(root, args.size, chat, args.extra)
     t0 = time.perf_counter()
     asyncio.run(run_index(settings, log=lambda m: None))
     print(f"podcast lazy index in {root}: {time.perf_counter() - t0:.0f} s")
@@ -170,7 +179,16 @@ def main() -> None:
     ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server instead of the embedded model")
     ap.add_argument("--model", default="", help="its model name")
     ap.add_argument("--podcast", action="store_true", help="also one global podcast question per budget")
+    ap.add_argument("--retrieval-only", action="store_true",
+                    help="2Wiki: subqueries and relevance tests only (no claims, no answer: the claims column is 0)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="a setting for the questions (not the index), e.g. lazy.follow_links=6; repeatable")
     args = ap.parse_args()
+    args.extra = {}
+    for item in args.set:
+        path, _, value = item.partition("=")
+        section, _, key = path.partition(".")
+        args.extra.setdefault(section, {})[key] = yaml.safe_load(value)
     args.budgets = [int(b) for b in args.budgets.split(",")]
     chat = ({"provider": "openai", "base_url": args.base_url, "model": args.model or "model", "api_key": "none"}
             if args.base_url else {})

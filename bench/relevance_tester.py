@@ -14,6 +14,9 @@ rank order, with the same plan:
 
 - embedding: lazy search's no-call tester (relevant when the similarity stands out from the
   corpus's, `lazy.embedding_z`; or near the best unit, `lazy.embedding_margin`);
+- yesno: one call per unit, the model's probability of answering "yes" (its first token's
+  log-probabilities); precision and recall at several P(yes) thresholds from the same answers;
+- pick: the model lists the units of a call that help (at most a quarter of them);
 - chat: the chat model rates each unit 0-3 through its best passage (`lazy.snippet_tokens`),
   up to 24 units a call; precision and recall for each threshold 1, 2, 3 come from the same
   answers. --snippets gives the passage sizes to try (each a run of its own).
@@ -60,10 +63,11 @@ def project(workdir: Path, size: str, chat: dict, snippet: int) -> Path:
     return root
 
 
-def settings_for(root: Path, size: str, chat: dict, snippet: int, tester: str, form: str = "scores"):
+def settings_for(root: Path, size: str, chat: dict, snippet: int, tester: str, form: str = "scores",
+                 per_call: int = 24):
     return load_settings(root, overrides={"local": {"size": size}, "chat": chat,
                                           "lazy": {"snippet_tokens": snippet, "tester": tester,
-                                                   "test_format": form}}, env={})
+                                                   "test_format": form, "units_per_call": per_call}}, env={})
 
 
 def test_set(units, gold_titles: set[str], title_of_unit: dict[str, str], score, negatives: int, drawn: int,
@@ -107,6 +111,7 @@ async def measure(settings, questions: list[dict], args) -> dict:
             seconds = time.perf_counter() - t0
             after = llm.usage.total()
             rows.append({"positive": positive, "tested": tested, "scores": {r: v[1] for r, v in verdicts.items()},
+                         "p": dict(plan.yes), "sim": {r: float(ranking.score[r]) for r in tested},
                          "relevant": {r for r, v in verdicts.items() if v[0]}, "seconds": seconds,
                          "calls": after.calls - before.calls, "cached": after.cache_hits - before.cache_hits,
                          "prompt": after.prompt_tokens - before.prompt_tokens,
@@ -120,10 +125,22 @@ async def measure(settings, questions: list[dict], args) -> dict:
     return {"rows": rows}
 
 
-def scores(rows: list[dict], threshold: int | None) -> dict[str, float]:
+def auc(rows: list[dict], key: str) -> float:
+    """Within each question, the chance that a gold passage scores above a non-gold one (ties
+    half), averaged over the questions: how well a score orders the tests, whatever the cut."""
+    values = []
+    for r in rows:
+        pos = [r[key].get(u, 0.0) for u in r["positive"]]
+        neg = [r[key].get(u, 0.0) for u in r["tested"] if u not in r["positive"]]
+        if pos and neg:
+            values.append(sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg)))
+    return sum(values) / len(values) if values else 0.0
+
+
+def scores(rows: list[dict], threshold: float | None, key: str = "scores") -> dict[str, float]:
     tp = fp = fn = 0
     for r in rows:
-        relevant = r["relevant"] if threshold is None else {u for u, s in r["scores"].items() if s >= threshold}
+        relevant = r["relevant"] if threshold is None else {u for u, s in r[key].items() if s >= threshold}
         tp += len(relevant & r["positive"])
         fp += len(relevant - r["positive"])
         fn += len(r["positive"] - relevant)
@@ -131,6 +148,9 @@ def scores(rows: list[dict], threshold: int | None) -> dict[str, float]:
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1}
+
+
+YES_CUTS = [0.1, 0.3, 0.5, 0.7, 0.9]  # the yes-no tester's P(yes) thresholds reported
 
 
 def main() -> None:
@@ -145,9 +165,11 @@ def main() -> None:
     ap.add_argument("--size", choices=["1.5b", "0.5b"], default="1.5b", help="the embedded chat model")
     ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server instead of the embedded model")
     ap.add_argument("--model", default="", help="its model name")
+    ap.add_argument("--per-call", type=int, default=24, help="lazy.units_per_call: units one test call reads")
     ap.add_argument("--snippets", default="120", help="lazy.snippet_tokens values for the chat tester")
     ap.add_argument("--testers", default="embedding,chat",
-                    help="embedding, chat (0-3 scores per unit) and pick (the model lists the units that help)")
+                    help="embedding, chat (0-3 scores per unit), pick (the model lists the units that help) and "
+                         "yesno (one call per unit: the model's P(yes))")
     args = ap.parse_args()
     questions = json.loads(QUESTIONS.read_text())[args.first - 1: args.first - 1 + args.questions]
     chat = ({"provider": "openai", "base_url": args.base_url, "model": args.model or "model", "api_key": "none"}
@@ -163,7 +185,7 @@ def main() -> None:
             label = tester if tester == "embedding" else f"{tester}, {snippet}-token passages"
             print(f"\n{label}:")
             settings = settings_for(root, args.size, chat, snippet, "embedding" if tester == "embedding" else "chat",
-                                    "pick" if tester == "pick" else "scores")
+                                    tester if tester in ("pick", "yesno") else "scores", args.per_call)
             results.append((label, tester, asyncio.run(measure(settings, questions, args))["rows"]))
     half = len(questions) // 2
     print(f"\n2WikiMultihopQA, questions {args.first}-{args.first + len(questions) - 1}, {model}: every gold passage, the "
@@ -172,17 +194,25 @@ def main() -> None:
           "| s / 100 tests |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, tester, rows in results:
+        if tester == "yesno":
+            print(f"(ordering, AUC per question: P(yes) {auc(rows, 'p'):.2f} "
+                  f"({auc(rows[:half], 'p'):.2f} / {auc(rows[half:], 'p'):.2f}); the embedding similarity "
+                  f"{auc(rows, 'sim'):.2f} ({auc(rows[:half], 'sim'):.2f} / {auc(rows[half:], 'sim'):.2f}))")
         tests = sum(len(r["tested"]) for r in rows)
         calls = sum(r["calls"] for r in rows)
         prompt = sum(r["prompt"] for r in rows)
         completion = sum(r["completion"] for r in rows)
         seconds = sum(r["seconds"] for r in rows)
         cached = sum(r["cached"] for r in rows)
-        for threshold in ([None] if tester == "embedding" else [2] if tester == "pick" else [1, 2, 3]):
-            s = scores(rows, threshold)
-            h = [scores(part, threshold)["f1"] for part in (rows[:half], rows[half:])]
+        thresholds = ([None] if tester == "embedding" else [2] if tester == "pick"
+                      else YES_CUTS if tester == "yesno" else [1, 2, 3])
+        key = "p" if tester == "yesno" else "scores"
+        for threshold in thresholds:
+            s = scores(rows, threshold, key)
+            h = [scores(part, threshold, key)["f1"] for part in (rows[:half], rows[half:])]
             per100 = f"{100 * seconds / tests:.1f}" + (" (cached)" if cached and not calls else "")
-            at = "z / margin" if threshold is None else "listed" if tester == "pick" else f"score >= {threshold}"
+            at = ("z / margin" if threshold is None else "listed" if tester == "pick"
+                  else f"P(yes) >= {threshold}" if tester == "yesno" else f"score >= {threshold}")
             print(f"| {label} | {at} | "
                   f"{s['precision']:.2f} | {s['recall']:.2f} | {s['f1']:.2f} | {h[0]:.2f} / {h[1]:.2f} | {calls} | "
                   f"{prompt} | {completion} | {per100} |")

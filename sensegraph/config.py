@@ -247,10 +247,19 @@ class LazySettings(_Section):
     # 2Wiki's hard set) but picks well (0.39 at higher recall: docs/performance.md, the tester
     # table); the quarter would cap what a strong model finds on a broad question. auto = pick
     # for a small model (Settings.small_chat_model), scores for any other.
-    test_format: Literal["auto", "scores", "pick"] = "auto"
+    # yesno: one call per unit, one generated token: the model's probability of "yes" (from
+    # the first token's log-probabilities where the server gives them), relevant at
+    # yes_threshold or more; the prompt's question part is shared, so a server's prompt cache
+    # reads only each passage.
+    test_format: Literal["auto", "scores", "pick", "yesno"] = "auto"
+    units_per_call: int = Field(24, ge=1, le=24, description="scores and pick testers: units one test call reads")
+    yes_threshold: float = Field(0.5, gt=0, lt=1, description="yesno tester: P(yes) at which a unit is relevant")
     # A subquery that has found nothing relevant while others have is embedded again with this
     # many concepts of what they found ("who is the director's father?" + "Gia Coppola"); 0 = off.
     refine_concepts: int = Field(3, ge=0, le=10)
+    # After a wave that found relevant units, this many untested units that the concept graph
+    # links most strongly to them (personalised PageRank from them) are tested first; 0 = off.
+    follow_links: int = Field(0, ge=0, le=100, description="units linked to what was found, tested next")
     # Embedding similarities are compressed (e5: most of a corpus within 0.05 of the best unit),
     # so a fixed margin admits half of a large corpus; standing out from the distribution does not.
     embedding_z: float = Field(2.0, ge=0, description="embedding tester: relevant this many SDs above the mean")

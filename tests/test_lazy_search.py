@@ -12,9 +12,11 @@ its text holds the word "fact", which the ranking never sees.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
+import httpx
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -822,3 +824,158 @@ def test_a_claim_that_contradicts_its_passage_is_caught(claim, verdict):
     passage = ("Gia Marlow was born in 1987. Gia Marlow directed Palo Verde in 2013. Tom Marlow never married "
                "Ann Lee. 孙悟空拜菩提祖师为师。")
     assert contradicted(claim, passage) == verdict
+
+
+# -- the yes-no tester: one call per unit, the model's P(yes) -------------------------------------
+def yesno_reply(p_yes: float | None, content: str | None = None, variants: bool = False) -> httpx.Response:
+    """A one-token answer; with `p_yes`, the first token's top log-probabilities as llama.cpp
+    and OpenAI give them (`variants`: the mass split over " Yes" and "yes", and a third token)."""
+    word = content if content is not None else ("Yes" if (p_yes or 0) >= 0.5 else "No")
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": word}}
+    if p_yes is not None:
+        if variants:
+            top = [("Yes", p_yes * 0.7), (" yes", p_yes * 0.2), ("No", (1 - p_yes) * 0.9), ("To", 0.05)]
+        else:
+            top = [("Yes", p_yes), ("No", 1 - p_yes)]
+        alts = [{"token": t, "logprob": math.log(max(p, 1e-12))} for t, p in top]
+        choice["logprobs"] = {"content": [{"token": word, "logprob": alts[0]["logprob"], "top_logprobs": alts}]}
+    return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
+                                     "choices": [choice],
+                                     "usage": {"prompt_tokens": 50, "completion_tokens": 1, "total_tokens": 51}})
+
+
+def is_yesno(body: dict[str, Any]) -> bool:
+    return body.get("max_tokens") == 1 and "Answer yes or no" in last_user(body)
+
+
+def passage_of(body: dict[str, Any]) -> str:
+    return last_user(body).split("Passage:\n", 1)[1].split("\n\nDoes this passage", 1)[0]
+
+
+def yesno_script(p_of, script: Script | None = None, logprobs: bool = True, variants: bool = False):
+    script = script or Script()
+
+    def respond(body):
+        if is_yesno(body):
+            p = p_of(passage_of(body))
+            if isinstance(p, httpx.Response):
+                return p
+            return yesno_reply(p if logprobs else None, None if logprobs else ("Yes." if p >= 0.5 else "no"),
+                               variants)
+        return script(body)
+    return respond
+
+
+def test_choose_reads_the_first_tokens_probabilities_and_caches_them(tmp_path):
+    llm = ScriptedLLM(lambda body: yesno_reply(0.8, variants=True))
+    client = llm.client(cache=tmp_path / "c.sqlite")
+    messages = [{"role": "user", "content": "Is it? Answer yes or no."}]
+    probs = run(client.choose(messages, ("yes", "no"), step="relevance"))
+    # "Yes" and " yes" add up; "To" is neither option; normalised over the two options
+    assert probs["yes"] == pytest.approx(0.8 * 0.9 / (0.8 * 0.9 + 0.2 * 0.9))
+    assert llm.requests[0]["logprobs"] is True and llm.requests[0]["max_tokens"] == 1
+    assert run(client.choose(messages, ("yes", "no"), step="relevance")) == probs
+    assert len(llm.requests) == 1 and client.usage.step("relevance").cache_hits == 1
+
+
+def test_choose_without_logprobs_reads_the_word_and_a_server_refusing_them_is_asked_again(tmp_path):
+    plain = ScriptedLLM(lambda body: yesno_reply(None, "Yes."))
+    assert run(plain.client().choose([{"role": "user", "content": "?"}], ("yes", "no"), step="t")) == \
+        {"yes": 1.0, "no": 0.0}
+
+    def refusing(body):
+        if body.get("logprobs"):
+            return httpx.Response(400, json={"error": {"message": "logprobs is not supported"}})
+        return yesno_reply(None, "no")
+    llm = ScriptedLLM(refusing)
+    client = llm.client()
+    assert run(client.choose([{"role": "user", "content": "?"}], ("yes", "no"), step="t")) == {"yes": 0.0, "no": 1.0}
+    assert run(client.choose([{"role": "user", "content": "??"}], ("yes", "no"), step="t"))["no"] == 1.0
+    assert [bool(b.get("logprobs")) for b in llm.requests] == [True, False, False]  # asked once, then remembered
+    # neither word, and no log-probabilities: no verdict rather than a guess
+    other = ScriptedLLM(lambda body: yesno_reply(None, "Maybe"))
+    assert run(other.client().choose([{"role": "user", "content": "?"}], ("yes", "no"), step="t")) == {}
+
+
+@pytest.mark.parametrize("logprobs", [True, False])
+def test_the_yesno_tester_asks_once_per_unit_and_the_threshold_decides(tmp_path, logprobs):
+    # P(yes) by the unit's words: "fact" 0.9, "ferry" 0.6, anything else 0.1
+    def p_of(text):
+        return 0.9 if "fact" in text else 0.6 if "ferry" in text else 0.1
+
+    for cut, expect in ((0.5, {u for u, t in TEXTS.items() if "fact" in t or "ferry" in t}),
+                        (0.7, {u for u, t in TEXTS.items() if "fact" in t})):
+        # (no refinement: a refined subquery changes the shared part, once, as it should)
+        q, llm = make(tmp_path, Script(), test_format="yesno", yes_threshold=cut, refine_concepts=0)
+        llm.responder = yesno_script(p_of, logprobs=logprobs)
+        r = run(lazy_search(q, budget=len(TEXTS)))
+        tests = [b for b in llm.requests if is_yesno(b)]
+        assert len(tests) == len(TEXTS) and r.stats["tests_used"] == len(TEXTS)  # one call per unit
+        assert r.stats["test_format"] == "yesno" and r.failures == []
+        relevant = {t["unit"] - 100 for t in r.stats["tested"] if t["relevant"]}
+        assert relevant == (expect if logprobs else {u for u, t in TEXTS.items() if p_of(t) >= 0.5})
+        if logprobs:
+            assert {t["unit"] - 100: t["p_yes"] for t in r.stats["tested"]} == \
+                {u: pytest.approx(p_of(TEXTS[u])) for u in TEXTS}
+        # every test's prompt is the same up to the passage: a server's prompt cache reads only that
+        heads = {json.dumps(b["messages"][:-1]) + last_user(b).split("Passage:\n", 1)[0] for b in tests}
+        assert len(heads) == 1
+
+
+def test_the_yesno_tester_counts_a_non_answer_and_names_a_failed_call(tmp_path):
+    def p_of(text):
+        if "storm" in text:  # refused whether or not it asks for log-probabilities
+            return httpx.Response(400, json={"error": {"message": "bad request"}})
+        return 0.9 if "fact" in text else 0.2
+
+    q, llm = make(tmp_path, Script(), test_format="yesno")
+    plain = yesno_script(p_of)
+
+    def respond(body):
+        if is_yesno(body) and "museum archive lighthouse" in passage_of(body):
+            return yesno_reply(None, "Perhaps")  # neither word, no log-probabilities
+        return plain(body)
+    llm.responder = respond
+    r = run(lazy_search(q, budget=len(TEXTS)))
+    storm = [100 + u for u, t in TEXTS.items() if "storm" in t]
+    assert sorted(int(f.rsplit(" ", 1)[1]) for f in r.failures if f.startswith("relevance of unit")) == storm
+    odd = [u for u, t in TEXTS.items() if "museum archive lighthouse" in t and "storm" not in t]
+    assert r.stats["failed_tests"] == len(storm) and r.stats["no_verdict"] == len(odd) > 0
+    assert [b for b in llm.requests if is_yesno(b)][-1]["logprobs"] is True  # a refusal for another reason keeps them asked for
+    assert {t["unit"] - 100 for t in r.stats["tested"] if t["relevant"]} == \
+        {u for u, t in TEXTS.items() if "fact" in t and "storm" not in t}
+
+
+def test_units_linked_to_what_was_found_are_tested_next(tmp_path, monkeypatch):
+    import importlib
+
+    lazy = importlib.import_module("sensegraph.query.lazy_search")
+    monkeypatch.setattr(lazy, "MAX_BATCH", 2)
+    subqueries = ["film Palo Verde directed", "father of the director"]
+    results = {}
+    for follow in (0, 2):
+        script = Script(subqueries=subqueries)
+        q, _ = make(tmp_path, script, question="Who is the father of the director of Palo Verde?",
+                    tables=two_hop_tables(), units_per_community=1, refine_concepts=0, follow_links=follow)
+        results[follow] = (run(lazy_search(q, budget=4)), script)
+    assert 101 not in [t["unit"] for t in results[0][0].stats["tested"]]
+    r, script = results[2]
+    # the film's unit is found in the first wave; the director's, linked to it through her
+    # name (a concept of both units), is tested in the next, before any filler
+    assert script.tested[:2] == [100, script.tested[1]] and script.tested[2] == 101
+    assert {100, 101} <= {t["unit"] for t in r.stats["tested"] if t["relevant"]}
+    assert any(v["community"] == lazy.LINKED for v in r.stats["visits"])
+
+
+def test_a_refined_subquery_shows_its_concepts_to_the_tester(tmp_path, monkeypatch):
+    import importlib
+
+    lazy = importlib.import_module("sensegraph.query.lazy_search")
+    monkeypatch.setattr(lazy, "MAX_BATCH", 2)
+    script = Script(subqueries=["film Palo Verde directed", "father of the director"])
+    q, llm = make(tmp_path, script, question="Who is the father of the director of Palo Verde?",
+                  tables=two_hop_tables(), units_per_community=1, refine_concepts=3)
+    run(lazy_search(q, budget=4))
+    tests = [last_user(b) for b in llm.requests if asked(b) == "Ratings"]
+    assert "2. father of the director\n" in tests[0] + "\n"
+    assert "2. father of the director (Gia Marlow)" in tests[-1]

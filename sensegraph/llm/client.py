@@ -12,6 +12,7 @@ import contextlib
 import copy
 import functools
 import json
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -33,6 +34,7 @@ T = TypeVar("T", bound=BaseModel)
 SAME_BAD_ANSWERS_BEFORE_VARYING = 3
 Messages = list[dict[str, str]]
 Usage3 = tuple[int, int, int]  # prompt, completion and server-cached prompt tokens of one request
+TOP_LOGPROBS = 10  # first-token alternatives choose() asks for (OpenAI allows up to 20)
 
 
 class BudgetReached(LLMError):
@@ -122,6 +124,9 @@ class ChatClient:
         self._http_client = http_client
         self._mode = settings.structured_output if settings.structured_output != "auto" else "json_schema"
         self._auto = settings.structured_output == "auto"
+        # choose() asks for log-probabilities until a server refuses them (400/422): then it
+        # reads the answered word alone.
+        self._logprobs = True
 
     # -- spending budget ----------------------------------------------------------------------
     # The budget is per client, i.e. per run: cache hits are free and not counted, so rerunning
@@ -202,6 +207,24 @@ class ChatClient:
                                 temperature=temperature, schema=schema)
         return schema.model_validate_json(text)
 
+    async def choose(
+        self,
+        messages: Messages,
+        options: tuple[str, ...],
+        *,
+        step: str,
+        item: str = "",
+        temperature: float | None = None,
+    ) -> dict[str, float]:
+        """How likely the model is to answer each of `options` (one-word answers, "yes"/"no"):
+        read from its first token's log-probabilities, normalised over the options, where the
+        server gives them; else 1.0 for the option it answered. A model whose answer is none of
+        them, and names none among its likeliest first tokens, gives {}. One generated token: a
+        graded verdict for the price of reading the prompt."""
+        text = await self._call(messages, step=step, item=item, max_tokens=1, temperature=temperature,
+                                schema=None, options=options)
+        return {k: float(v) for k, v in json.loads(text).items()}
+
     async def stream(
         self, messages: Messages, *, step: str, item: str = "", max_tokens: int, temperature: float | None = None
     ) -> AsyncIterator[str]:
@@ -231,31 +254,34 @@ class ChatClient:
     def _purpose(step: str, item: str) -> str:
         return f"{step} of {item}" if item else step
 
-    def _key(self, messages: Messages, max_tokens: int, temperature: float, schema: dict | None) -> str:
+    def _key(self, messages: Messages, max_tokens: int, temperature: float, schema: dict | None,
+             options: tuple[str, ...] | None = None) -> str:
         return cache_key("chat", {"model": self.model or f"local:{self.settings.model}", "messages": messages,
                                   "max_tokens": max_tokens, "temperature": temperature, "schema": schema,
-                                  **({"extra_body": self.extra_body} if self.extra_body else {})})
+                                  **({"extra_body": self.extra_body} if self.extra_body else {}),
+                                  **({"options": list(options)} if options else {})})
 
     async def _call(
         self, messages: Messages, *, step: str, item: str, max_tokens: int,
         temperature: float | None, schema: type[BaseModel] | None,
-        on_token: Callable[[str], None] | None = None,
+        on_token: Callable[[str], None] | None = None, options: tuple[str, ...] | None = None,
     ) -> str:
         """The one path of every call: cache, budget, rate limits, retries, validation, usage.
-        With `on_token` (plain text only) the answer is streamed and handed over as it comes."""
+        With `on_token` (plain text only) the answer is streamed and handed over as it comes.
+        With `options` (choose()) the answer is the options' probabilities as JSON."""
         temperature = self.settings.temperature if temperature is None else temperature
         json_schema = _strict_schema(schema) if schema is not None else None
         use = self.usage.step(step)
         if not self.model:
             await self._openai()  # resolves the model name, which is part of the cache key
-        key = self._key(messages, max_tokens, temperature, json_schema)
+        key = self._key(messages, max_tokens, temperature, json_schema, options)
         if self.cache is not None and (hit := self.cache.get_json(key)) is not None:
             use.cache_hits += 1
             if on_token is not None:
                 on_token(hit["content"])
             return hit["content"]
 
-        if self.workers is not None and on_token is None:
+        if self.workers is not None and on_token is None and options is None:
             # A Ray cluster makes the call (llm/ray_workers.py); cache, budget and usage stay here.
             self._check_budget(step, item)
             content = await self.workers.chat(self, messages, schema=schema, step=step, item=item,
@@ -289,7 +315,7 @@ class ChatClient:
             endpoint: Endpoint | None = None
             try:
                 content, usage, endpoint = await self._request(messages, max_tokens, temperature, schema, json_schema,
-                                                               vary, step, item, shown, estimate, failed_on)
+                                                               vary, step, item, shown, estimate, failed_on, options)
                 # Tokens of a rejected answer are billed too; `calls` counts only answers we keep.
                 self.usage.add_chat(step, usage[0] or sum(count_tokens(m["content"]) for m in messages),
                                     usage[1] or count_tokens(content), usage[2])
@@ -339,6 +365,7 @@ class ChatClient:
         self, messages: Messages, max_tokens: int, temperature: float,
         schema: type[BaseModel] | None, json_schema: dict | None, vary: int, step: str, item: str = "",
         shown: _Shown | None = None, estimate: int = 0, avoid: Any = None,
+        options: tuple[str, ...] | None = None,
     ) -> tuple[str, Usage3, Endpoint]:
         """One HTTP request (streamed when `shown` is given) on the endpoint that has a slot: the
         answer, its token counts and the endpoint, or Retryable for a transient fault or an
@@ -360,6 +387,8 @@ class ChatClient:
             kwargs["messages"] = _with_hint(messages, _schema_hint(json_schema))
             if mode == "json_mode":
                 body["response_format"] = {"type": "json_object"}
+        if options and self._logprobs:
+            body["logprobs"], body["top_logprobs"] = True, TOP_LOGPROBS
         # (`messages` is a required argument: an empty list, replaced by the body's.)
         body["messages"], kwargs["messages"] = kwargs["messages"], []
         kwargs["extra_body"] = body
@@ -380,7 +409,10 @@ class ChatClient:
                         # The reply's JSON as sent: building the library's pydantic objects for
                         # it cost ~1 ms of CPU per answer, more for long ones.
                         reply = await client.chat.completions.with_raw_response.create(**kwargs)
-                        content, finish, usage = _answer_of(reply.http_response.json())
+                        data = reply.http_response.json()
+                        content, finish, usage = _answer_of(data)
+                        if options:
+                            content = json.dumps(option_probabilities(data, content, options))
                     else:
                         # Read inside the slot: the request is in flight until its last chunk.
                         chunks = await client.chat.completions.create(
@@ -405,12 +437,23 @@ class ChatClient:
         except (openai.OpenAIError, *TRANSPORT_ERRORS, json.JSONDecodeError) as exc:
             if (fault := transient(exc, self._secrets)) is not None:
                 raise fault from None
+            if (options and self._logprobs and isinstance(exc, openai.APIStatusError)
+                    and exc.status_code in (400, 422)):
+                # Perhaps the server takes no logprobs: ask again for the word alone, and from
+                # now on if that is answered (a request refused either way refuses for another reason).
+                self._logprobs = False
+                try:
+                    return await self._request(messages, max_tokens, temperature, schema, json_schema, vary, step,
+                                               item, shown, estimate, avoid, options)
+                except BaseException:
+                    self._logprobs = True
+                    raise
             if (schema is not None and self._auto and isinstance(exc, openai.APIStatusError)
                     and exc.status_code in (400, 422) and mode != "prompt"):
                 # The server does not support this structured-output mode: step down once and retry now.
                 self._mode = "json_mode" if mode == "json_schema" else "prompt"
                 return await self._request(messages, max_tokens, temperature, schema, json_schema, vary, step,
-                                           item, shown, estimate, avoid)
+                                           item, shown, estimate, avoid, options)
             raise
         if not content.strip():
             raise self._rejected(endpoint, Retryable(f"empty answer (finish_reason={finish})", answer=content))
@@ -459,6 +502,33 @@ def _answer_of(reply: Any) -> tuple[str, str | None, Usage3]:
     return (content if isinstance(content, str) else "", choice.get("finish_reason"),
             (usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
              (details.get("cached_tokens") or 0) if isinstance(details, dict) else 0))
+
+
+def option_probabilities(reply: Any, content: str, options: tuple[str, ...]) -> dict[str, float]:
+    """Each option's probability as the reply's first token (its variants " Yes", "YES" and
+    "yes" added up), normalised over the options; without log-probabilities in the reply, 1.0 for
+    the option the answer starts with. {} when neither tells an option."""
+    wanted = {o.casefold(): o for o in options}
+    mass = dict.fromkeys(options, 0.0)
+    try:
+        first = reply["choices"][0]["logprobs"]["content"][0]
+        alternatives = first.get("top_logprobs") or [first]
+    except (KeyError, IndexError, TypeError):
+        alternatives = []
+    for alt in alternatives:
+        if not isinstance(alt, dict):
+            continue
+        token = str(alt.get("token", "")).strip().casefold()
+        if token in wanted and isinstance(alt.get("logprob"), (int, float)):
+            mass[wanted[token]] += math.exp(alt["logprob"])
+    total = sum(mass.values())
+    if total > 0:
+        return {o: m / total for o, m in mass.items()}
+    words = content.strip().casefold().split()
+    word = words[0].strip(".,!:;\"'") if words else ""
+    if word in wanted:
+        return {o: float(o == wanted[word]) for o in options}
+    return {}
 
 
 async def _read_stream(chunks: Any, shown: _Shown) -> tuple[str, str | None, Usage3]:

@@ -69,6 +69,7 @@ from .answer import Query, QueryResult, each_batch, final_answer, no_answer, res
 from .citations import MAX_IDS, normalise
 from .context import Context, Section, chunks, header, pack, row_values
 from .data import list_ids
+from .graph_walk import graph_of, pagerank
 from .passages import passage, sentences, terms, vocabulary
 
 MAX_SUBQUERIES = 8  # LazySettings.subqueries allows at most this many
@@ -76,6 +77,7 @@ MAX_BATCH = 24  # units per relevance-test call: the verdict list's maxItems
 MAX_SOURCES = 5
 CLAIM_TOKENS = 70  # generated tokens one claim with its fields takes, about
 ORPHANS = -1  # the community number of the units no community holds
+LINKED = -2  # the pseudo-community of the units linked to those found relevant (lazy.follow_links)
 
 
 class Subqueries(BaseModel):
@@ -126,10 +128,16 @@ class Plan:
     subqueries: list[str]
     expanded: str = ""
     passages: dict[int, int] = field(default_factory=dict)  # unit row -> tokens of the passage tested
+    yes: dict[int, float] = field(default_factory=dict)  # unit row -> the yes-no tester's P(yes)
+    refined: dict[int, list[str]] = field(default_factory=dict)  # subquery (1-based) -> concepts added
     _weights: dict[str, float] | None = field(default=None, init=False, repr=False)
 
     def numbered(self) -> str:
-        return "\n".join(f"{n}. {s}" for n, s in enumerate(self.subqueries, 1))
+        """The subqueries as the prompts show them: a refined one with the concepts it was
+        refined with, as it is embedded, so a tester judging the second hop ("the director's
+        nationality") knows whom the first hop found."""
+        return "\n".join(f"{n}. {s}" + (f" ({', '.join(self.refined[n])})" if self.refined.get(n) else "")
+                         for n, s in enumerate(self.subqueries, 1))
 
     def weights(self, q: Query) -> dict[str, float]:
         """The lexical query passages are chosen by: the question, the expansion, the subqueries."""
@@ -197,6 +205,7 @@ class Node:
     children: list[int]
     units: list[int]
     rank: tuple[float, float] = (0.0, 0.0)
+    ordered: bool = False  # units are in the order to test them (the linked units), not by similarity
 
 
 def community_tree(q: Query, ranking: Ranking, k: int) -> tuple[dict[int, Node], list[int]]:
@@ -298,15 +307,19 @@ async def chat_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
     shown = passage_rows(q, plan, rows, q.settings.lazy.snippet_tokens)
     plan.passages.update((r, count_tokens(row["text"])) for r, row in zip(rows, shown))
     batches: list[tuple[Section, list[int]]] = []
+    per_call = min(MAX_BATCH, q.settings.lazy.units_per_call)
     start = 0
     for section in chunks("Sources", shown, _batch_budget(q, plan)):
         part = rows[start:start + len(section)]
         start += len(section)
-        for i in range(0, len(part), MAX_BATCH):  # the rating list holds at most MAX_BATCH
-            sub = Section("Sources", section.lines[i:i + MAX_BATCH], section.records[i:i + MAX_BATCH])
-            batches.append((sub, part[i:i + MAX_BATCH]))
+        for i in range(0, len(part), per_call):  # the rating list holds at most MAX_BATCH
+            sub = Section("Sources", section.lines[i:i + per_call], section.records[i:i + per_call])
+            batches.append((sub, part[i:i + per_call]))
     threshold = q.settings.lazy.relevance_threshold
-    pick = q.settings.lazy_test_format()[0] == "pick"
+    form = q.settings.lazy_test_format()[0]
+    pick = form == "pick"
+    if form == "yesno":
+        return await _yesno(q, plan, rows, shown, failures)
 
     async def one(section: Section, part: list[int]) -> dict[int, Verdict]:
         refs = [int(units.iloc[r]["human_readable_id"]) for r in part]
@@ -343,6 +356,38 @@ async def chat_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
     return out
 
 
+def verdict_of(p: float, cut: float) -> Verdict:
+    """A yes-probability as a verdict: relevant at `cut` or more; its 0-3 score for ordering
+    claims (0.75 and up 3, then 2, 1 and 0 by quarters)."""
+    return p >= cut, min(3, int(p * 4))
+
+
+async def _yesno(q: Query, plan: Plan, rows: list[int], shown: list[pd.Series],
+                 failures: list[str]) -> dict[int, Verdict]:
+    """One call per unit (prompt `lazy_yesno`), one generated token: the model's probability of
+    "yes" (ChatClient.choose). The question and subqueries open every prompt, so a server that
+    caches prompt prefixes (llama.cpp does, per slot) reads only the passage anew; a small model
+    judges one passage far better than it picks among twenty (docs/performance.md)."""
+    units = q.index.text_units
+    cut = q.settings.lazy.yes_threshold
+    refs = [int(units.iloc[r]["human_readable_id"]) for r in rows]
+
+    async def one(ref: int, row: pd.Series) -> dict[str, float]:
+        messages = q.render("lazy_yesno", subqueries=plan.numbered(), passage=str(row["text"]))
+        return await q.llm.choose(messages, ("yes", "no"), step="relevance", item=f"relevance of unit {ref}")
+
+    out: dict[int, Verdict] = {}
+    for r, ref, probs in zip(rows, refs, await each_batch(one(ref, row) for ref, row in zip(refs, shown))):
+        if probs is None:  # failed after retries: named, and no verdict
+            failures.append(f"relevance of unit {ref}")
+            out[r] = (None, 0)
+        elif probs:
+            plan.yes[r] = probs["yes"]
+            out[r] = verdict_of(probs["yes"], cut)
+        # else: an answer that is neither yes nor no: no verdict (relevance_search counts it)
+    return out
+
+
 def _batch_budget(q: Query, plan: Plan) -> int:
     # The instructions, question and subqueries sit beside the units in one prompt.
     return max(300, q.budget - count_tokens(q.question) - count_tokens(plan.numbered()) - 50)
@@ -374,6 +419,7 @@ class Search:
 
 
 # The order in which the search visits communities, per subquery (best-first within a tier):
+FOLLOW = 3     # the units the concept graph links most strongly to those found relevant
 DEEPEN = 2     # a community that yielded relevant units, or a sub-community of one
 UNVISITED = 1  # not visited yet
 BARREN = 0     # visited, nothing relevant found: its next units wait until nothing better is left
@@ -396,10 +442,16 @@ class _Frontier:
         self._order.clear()
         self._next.clear()
 
+    def forget(self, n: int) -> None:
+        """Forget community n's order: its units changed (the linked units after a wave)."""
+        self._order.pop(n, None)
+        self._next.pop(n, None)
+
     def _untested(self, n: int, nodes: dict[int, Node], sims: np.ndarray, done: Callable[[int], bool]) -> list[int]:
         order = self._order.get(n)
         if order is None:
-            order = self._order[n] = sorted(nodes[n].units, key=lambda r: (-float(sims[r, self.column]), r))
+            order = self._order[n] = (list(nodes[n].units) if nodes[n].ordered else
+                                      sorted(nodes[n].units, key=lambda r: (-float(sims[r, self.column]), r)))
         i = self._next.get(n, 0)
         while i < len(order) and done(order[i]):
             i += 1
@@ -447,6 +499,7 @@ async def relevance_search(q: Query, plan: Plan, ranking: Ranking, nodes: dict[i
     frontiers = [_Frontier(j, {n: UNVISITED for n in roots}) for j in range(n_subs)]
     step = max(MAX_BATCH, budget // 10)  # a progress line every tenth of a large budget
     reported = 0
+    linked_from = 0  # relevant units the linked units were last computed from
     while search.used < budget:
         # One wave: the subqueries with budget left visit their best community in turn until a
         # call's worth of units is chosen; the wave is tested at once.
@@ -504,6 +557,18 @@ async def relevance_search(q: Query, plan: Plan, ranking: Ranking, nodes: dict[i
             sims = ranking.per_subquery
             for frontier in frontiers:
                 frontier.resort()
+        follow = q.settings.lazy.follow_links
+        found = len(search.relevant())
+        if follow and found > linked_from:
+            # What was found leads on: the untested units its concepts link to are tested next
+            # (the second hop of "the director of film X", whose own passage shares no word with
+            # the question but the director's name with the film's).
+            linked_from = found
+            rows = linked_units(q, search, follow)
+            nodes[LINKED] = Node(LINKED, 0, [], rows, ordered=True)
+            for frontier in frontiers:
+                frontier.forget(LINKED)
+                frontier.tier[LINKED] = FOLLOW
         if budget >= 2 * step and search.used - reported >= step and search.used < budget:
             reported = search.used
             q.log(f"lazy search: {search.used} of {budget} units tested, {len(search.relevant())} relevant")
@@ -511,7 +576,26 @@ async def relevance_search(q: Query, plan: Plan, ranking: Ranking, nodes: dict[i
     return search
 
 
-# -- 3b. subqueries refined with the concepts of what was found ---------------------------------
+# -- 3b. units linked to what was found, and subqueries refined with its concepts --------------
+def linked_units(q: Query, search: Search, most: int) -> list[int]:
+    """The `most` untested units the concept graph links most strongly to the units found
+    relevant: personalised PageRank over the graph walk's graph (query/graph_walk.py: concepts
+    and units, a unit joined to its concepts), restarting at the relevant units, each weighted
+    by its score. A concept in few units passes its share to those few, so a name the found
+    passage shares with one other passage leads there, and "film" leads nowhere in particular."""
+    graph = graph_of(q.index)
+    base = len(graph.entity_ids)
+    restart = np.zeros(graph.size)
+    for t in search.relevant():
+        restart[base + t.row] = 1.0 + t.score
+    if not base or restart.sum() <= 0:
+        return []
+    scores = pagerank(graph, restart, q.settings.query.walk_damping)[base:]
+    order = np.argsort(-scores, kind="stable")
+    return [int(r) for r in order if scores[r] > 0 and int(r) not in search.tests][:most]
+
+
+
 @dataclass
 class Concepts:
     """The index's concepts (entities) per text-unit row, and how each pairs with others."""
@@ -595,7 +679,7 @@ def refiner(q: Query, plan: Plan, ranking: Ranking) -> Callable[[Search], Awaita
             added = refinement(q, plan, search, j, most)
             used[j] = found
             if added and added != search.refined.get(j + 1):
-                search.refined[j + 1] = added
+                search.refined[j + 1] = plan.refined[j + 1] = added
                 texts.append(f"{plan.subqueries[j]} ({', '.join(added)})")
                 columns.append(j)
         if not texts:
@@ -862,7 +946,8 @@ async def lazy_search(q: Query, budget: int | None = None) -> QueryResult:
         "tested": [{"unit": int(units.iloc[t.row]["human_readable_id"]), "id": units.iloc[t.row]["id"],
                     "community": t.community, "level": t.level, "relevant": t.relevant, "score": t.score,
                     "subqueries": t.subqueries, "similarity": round(float(ranking.score[t.row]), 4),
-                    **({"passage_tokens": plan.passages[t.row]} if t.row in plan.passages else {})}
+                    **({"passage_tokens": plan.passages[t.row]} if t.row in plan.passages else {}),
+                    **({"p_yes": round(plan.yes[t.row], 4)} if t.row in plan.yes else {})}
                    for t in search.tests.values()],
         "visits": search.visits,
         "claims_used": [{"claim": c.text, "sources": c.sources, "subquery": c.subquery, "score": c.score,
