@@ -110,8 +110,12 @@ async def measure(settings, questions: list[dict], args) -> dict:
                 verdicts = await chat_tester(q, plan, ranking, wave, [])
             seconds = time.perf_counter() - t0
             after = llm.usage.total()
-            rows.append({"positive": positive, "tested": tested, "scores": {r: v[1] for r, v in verdicts.items()},
+            rows.append({"question": item["question"],
+                         "titles": {r: title_of_unit[units.iloc[r]["id"]] for r in tested},
+                         "positive": positive, "tested": tested, "scores": {r: v[1] for r, v in verdicts.items()},
                          "p": dict(plan.yes), "sim": {r: float(ranking.score[r]) for r in tested},
+                         "z": {r: float((ranking.score[r] - ranking.score.mean()) / max(ranking.score.std(), 1e-9))
+                               for r in tested},
                          "relevant": {r for r, v in verdicts.items() if v[0]}, "seconds": seconds,
                          "calls": after.calls - before.calls, "cached": after.cache_hits - before.cache_hits,
                          "prompt": after.prompt_tokens - before.prompt_tokens,
@@ -165,6 +169,7 @@ def main() -> None:
     ap.add_argument("--size", choices=["1.5b", "0.5b"], default="1.5b", help="the embedded chat model")
     ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server instead of the embedded model")
     ap.add_argument("--model", default="", help="its model name")
+    ap.add_argument("--dump", default=None, help="write every verdict (question, unit title, gold, verdict) as JSON")
     ap.add_argument("--per-call", type=int, default=24, help="lazy.units_per_call: units one test call reads")
     ap.add_argument("--snippets", default="120", help="lazy.snippet_tokens values for the chat tester")
     ap.add_argument("--testers", default="embedding,chat",
@@ -185,9 +190,17 @@ def main() -> None:
             label = tester if tester == "embedding" else f"{tester}, {snippet}-token passages"
             print(f"\n{label}:")
             settings = settings_for(root, args.size, chat, snippet, "embedding" if tester == "embedding" else "chat",
-                                    tester if tester in ("pick", "yesno") else "scores", args.per_call)
+                                    tester if tester in ("pick", "yesno", "answers") else "scores", args.per_call)
             results.append((label, tester, asyncio.run(measure(settings, questions, args))["rows"]))
     half = len(questions) // 2
+    if args.dump:
+        Path(args.dump).write_text(json.dumps([
+            {"tester": label, "questions": [
+                {"question": r["question"], "tests": [
+                    {"title": r["titles"][u], "gold": u in r["positive"], "relevant": u in r["relevant"],
+                     "score": r["scores"].get(u), "p_yes": r["p"].get(u), "similarity": round(r["sim"][u], 4),
+                     "z": round(r["z"][u], 3)}
+                    for u in r["tested"]]} for r in rows]} for label, _, rows in results], indent=1))
     print(f"\n2WikiMultihopQA, questions {args.first}-{args.first + len(questions) - 1}, {model}: every gold passage, the "
           f"{args.negatives} best-ranked others and {args.random} random others per question")
     print("| tester | relevant at | precision | recall | F1 | F1 halves | calls | prompt tok | completion tok "
@@ -205,13 +218,14 @@ def main() -> None:
         seconds = sum(r["seconds"] for r in rows)
         cached = sum(r["cached"] for r in rows)
         thresholds = ([None] if tester == "embedding" else [2] if tester == "pick"
-                      else YES_CUTS if tester == "yesno" else [1, 2, 3])
+                      else YES_CUTS if tester == "yesno" else [2] if tester == "answers" else [1, 2, 3])
         key = "p" if tester == "yesno" else "scores"
         for threshold in thresholds:
             s = scores(rows, threshold, key)
             h = [scores(part, threshold, key)["f1"] for part in (rows[:half], rows[half:])]
             per100 = f"{100 * seconds / tests:.1f}" + (" (cached)" if cached and not calls else "")
             at = ("z / margin" if threshold is None else "listed" if tester == "pick"
+                  else "answer found in it" if tester == "answers"
                   else f"P(yes) >= {threshold}" if tester == "yesno" else f"score >= {threshold}")
             print(f"| {label} | {at} | "
                   f"{s['precision']:.2f} | {s['recall']:.2f} | {s['f1']:.2f} | {h[0]:.2f} / {h[1]:.2f} | {calls} | "

@@ -251,9 +251,19 @@ class LazySettings(_Section):
     # the first token's log-probabilities where the server gives them), relevant at
     # yes_threshold or more; the prompt's question part is shared, so a server's prompt cache
     # reads only each passage.
-    test_format: Literal["auto", "scores", "pick", "yesno"] = "auto"
+    # answers: the model answers the subqueries from a call's passages, copying each answer from
+    # the passage it names; a unit is relevant when its answer is found in it (checked in code).
+    test_format: Literal["auto", "scores", "pick", "yesno", "answers"] = "auto"
     units_per_call: int = Field(24, ge=1, le=24, description="scores and pick testers: units one test call reads")
     yes_threshold: float = Field(0.5, gt=0, lt=1, description="yesno tester: P(yes) at which a unit is relevant")
+    # The embedding prior: a small model's verdicts are noisy (the 1.5B turns down the passage
+    # that names the film of "the director of film X" about half the time), while a unit whose
+    # similarity stands prior_z standard deviations above the corpus's mean is nearly always
+    # wanted (precision 0.79 on 2Wiki's hard set; off-corpus questions' best units stay below
+    # 5.3). With it on, such a unit is relevant whatever the model said. auto = on for a small
+    # model (Settings.small_chat_model), off for any other (docs/performance.md, the tester table).
+    embedding_prior: Literal["auto", "on", "off"] = "auto"
+    prior_z: float = Field(6.0, gt=0, description="embedding prior: standard deviations above the corpus's mean")
     # A subquery that has found nothing relevant while others have is embedded again with this
     # many concepts of what they found ("who is the director's father?" + "Gia Coppola"); 0 = off.
     refine_concepts: int = Field(3, ge=0, le=10)
@@ -380,6 +390,10 @@ class Settings(_Section):
     def lazy_test_format(self) -> tuple[str, str]:
         """How lazy search's chat tester asks ("scores" or "pick"), and why."""
         return self._by_model_size(self.lazy.test_format, "lazy.test_format", "pick", "scores")
+
+    def lazy_prior(self) -> tuple[str, str]:
+        """Whether lazy search's embedding prior vouches for units ("on" or "off"), and why."""
+        return self._by_model_size(self.lazy.embedding_prior, "lazy.embedding_prior", "on", "off")
 
     def check_policy(self) -> tuple[str, str]:
         """The checks of extracted names that apply ("strict", "lenient" or "off"), and why."""

@@ -90,7 +90,8 @@ def asked(body: dict[str, Any]) -> str:
     system = body["messages"][0]["content"]
     if "JSON schema:\n" in system:
         props = json.loads(system.rsplit("JSON schema:\n", 1)[1]).get("properties", {})
-        return next(n for key, n in (("ratings", "Ratings"), ("relevant", "Picks"), ("claims", "Claims"),
+        return next(n for key, n in (("ratings", "Ratings"), ("relevant", "Picks"), ("answers", "Answers"),
+                                     ("claims", "Claims"),
                                      ("expanded_query", "Subqueries")) if key in props)
     return "text"
 
@@ -128,6 +129,17 @@ class Script:
             self.tested += [ref for ref, _ in rows]
             # every relevant unit, however many the prompt allows; then ids not in the batch
             return {"relevant": [ref for ref, text in rows if self.relevant(text)] + [999] * self.extra_verdicts}
+        if kind == "Answers":
+            rows = rows_of(body)
+            self.tested += [ref for ref, _ in rows]
+            out = []
+            for ref, text in rows:
+                if self.relevant(text):  # the words after "fact", copied from the passage
+                    out.append({"subquery": 1, "answer": text.split("fact", 1)[1].strip() or "fact", "id": ref})
+                else:  # a guess the passage does not back, and the question's own words
+                    out += [{"subquery": 1, "answer": "an invented answer", "id": ref},
+                            {"subquery": 2, "answer": "harbor fishing boats", "id": ref}]
+            return {"answers": out[:2 * len(rows)] + [{"subquery": 1, "answer": "x", "id": 999}] * self.extra_verdicts}
         if kind == "Claims":
             # a claim in the passage's own words, as claim_grounding requires
             claims = [{"claim": f"CLAIM-{tag(ref)}: {text}", "sources": [ref], "subquery": 1, "score": 80}
@@ -979,3 +991,75 @@ def test_a_refined_subquery_shows_its_concepts_to_the_tester(tmp_path, monkeypat
     tests = [last_user(b) for b in llm.requests if asked(b) == "Ratings"]
     assert "2. father of the director\n" in tests[0] + "\n"
     assert "2. father of the director (Gia Marlow)" in tests[-1]
+
+
+@pytest.mark.parametrize("server", [None, "ignores_max_items", "no_json_schema"])
+def test_the_answers_tester_keeps_a_unit_only_when_its_answer_is_in_its_own_words(tmp_path, server):
+    script = Script(extra_verdicts=0 if server is None else 30)
+    q, llm = make(tmp_path, script, server=None if server == "ignores_max_items" else server, test_format="answers")
+    r = run(lazy_search(q, budget=len(TEXTS)))
+    assert r.stats["test_format"] == "answers" and r.failures == []
+    assert "Answers" in [asked(b) for b in llm.requests]
+    verdict = {t["unit"]: t["relevant"] for t in r.stats["tested"]}
+    assert set(verdict) == {100 + u for u in TEXTS}
+    # "an invented answer" is in no passage, "harbor fishing boats" is the question's own words
+    assert {u for u, v in verdict.items() if v} == {100 + u for u, t in TEXTS.items() if "fact" in t}
+
+
+def test_an_answer_found_refines_the_subqueries_still_unanswered(tmp_path, monkeypatch):
+    import importlib
+
+    lazy = importlib.import_module("sensegraph.query.lazy_search")
+    monkeypatch.setattr(lazy, "MAX_BATCH", 2)
+    script = Script(subqueries=["film Palo Verde directed", "father of the director"])
+    base = script.__call__
+
+    def respond(body):
+        if asked(body) == "Answers":
+            rows = rows_of(body)
+            script.tested += [ref for ref, _ in rows]
+            film = [ref for ref, text in rows if "directed by" in text]
+            father = [ref for ref, text in rows if "daughter of" in text]
+            return {"answers": [{"subquery": 1, "answer": "Gia Marlow", "id": ref} for ref in film]
+                    + [{"subquery": 2, "answer": "Tom Marlow", "id": ref} for ref in father]}
+        return base(body)
+
+    tables = two_hop_tables()
+    tables["entities"] = tables["entities"].iloc[:1]  # no concept names the director: only the answer can
+    q, llm = make(tmp_path, script, question="Who is the father of the director of Palo Verde?",
+                  tables=tables, units_per_community=1, test_format="answers")
+    llm.responder = respond
+    r = run(lazy_search(q, budget=4))
+    assert r.stats["refined"] == {2: ["Gia Marlow"]}
+    assert {100, 101} <= {t["unit"] for t in r.stats["tested"] if t["relevant"]}
+
+
+def test_the_embedding_prior_vouches_for_a_unit_that_stands_out_whatever_the_model_says(tmp_path):
+    # A model that turns everything down: only the prior can call a unit relevant.
+    nothing = Script(relevant=lambda text: False)
+    import importlib
+    lazy = importlib.import_module("sensegraph.query.lazy_search")
+    results = {}
+    for prior in ("off", "on"):
+        q, _ = make(tmp_path, nothing, embedding_prior=prior, prior_z=1.0)
+        results[prior] = run(lazy_search(q, budget=len(TEXTS)))
+        if prior == "on":
+            plan_q = q
+    assert results["off"].stats["relevant_units"] == 0 and results["off"].stats["vouched_units"] == 0
+    on = results["on"].stats
+    vouched = {t["unit"] for t in on["tested"] if t.get("vouched")}
+    assert vouched and {t["unit"] for t in on["tested"] if t["relevant"]} == vouched
+    assert on["vouched_units"] == len(vouched) and on["embedding_prior"] == "on"
+    # exactly the units whose similarity stands 1 SD above the corpus's mean
+    plan, ranking, _ = run(lazy.retrieve(plan_q, len(TEXTS), []))
+    z = lazy.standing_out(ranking)
+    assert vouched == {100 + r for r in range(len(TEXTS)) if z[r] >= 1.0}
+
+
+def test_the_embedding_prior_is_on_for_a_small_model_only(tmp_path):
+    def prior(model=None, chosen="auto"):
+        chat = {} if model is None else {"provider": "openai", "model": model, "api_key": "k"}
+        return load_settings(tmp_path, overrides={"chat": chat, "lazy": {"embedding_prior": chosen}}).lazy_prior()
+
+    assert prior()[0] == "on" and prior("qwen2.5:3b")[0] == "on"
+    assert prior("gpt-4o-mini")[0] == "off" and prior("gpt-4o-mini", "on") == ("on", "lazy.embedding_prior")
