@@ -188,7 +188,8 @@ def main() -> None:
     for item in args.set:
         path, _, value = item.partition("=")
         section, _, key = path.partition(".")
-        args.extra.setdefault(section, {})[key] = yaml.safe_load(value)
+        # YAML 1.1 reads on/off as booleans; the settings' on/off choices are words
+        args.extra.setdefault(section, {})[key] = value if value in ("on", "off") else yaml.safe_load(value)
     args.budgets = [int(b) for b in args.budgets.split(",")]
     chat = ({"provider": "openai", "base_url": args.base_url, "model": args.model or "model", "api_key": "none"}
             if args.base_url else {})

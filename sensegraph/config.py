@@ -269,7 +269,7 @@ class LazySettings(_Section):
     refine_concepts: int = Field(3, ge=0, le=10)
     # After a wave that found relevant units, this many untested units that the concept graph
     # links most strongly to them (personalised PageRank from them) are tested first; 0 = off.
-    follow_links: int = Field(0, ge=0, le=100, description="units linked to what was found, tested next")
+    follow_links: int = Field(6, ge=0, le=100, description="units linked to what was found, tested next")
     # Embedding similarities are compressed (e5: most of a corpus within 0.05 of the best unit),
     # so a fixed margin admits half of a large corpus; standing out from the distribution does not.
     embedding_z: float = Field(2.0, ge=0, description="embedding tester: relevant this many SDs above the mean")

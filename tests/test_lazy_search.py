@@ -211,7 +211,7 @@ def test_a_relevant_community_is_deepened_before_an_unrelated_siblings_lower_uni
     lazy = importlib.import_module("sensegraph.query.lazy_search")  # the module, not the function
     monkeypatch.setattr(lazy, "MAX_BATCH", 2)  # one visit per wave: every verdict steers the next visit
     script = Script(subqueries=["harbor fishing boats"])
-    q, _ = make(tmp_path, script)
+    q, _ = make(tmp_path, script, follow_links=0)  # the communities alone: no linked units
     r = run(lazy_search(q, budget=100))
     tested = units(t["unit"] for t in r.stats["tested"])
     visits = [v["community"] for v in r.stats["visits"]]
@@ -695,7 +695,7 @@ def test_a_subquery_that_found_nothing_is_refined_with_the_concepts_of_what_othe
     for refine in (0, 3):
         script = Script(subqueries=subqueries)
         q, _ = make(tmp_path, script, question="Who is the father of the director of Palo Verde?",
-                    tables=two_hop_tables(), units_per_community=1, refine_concepts=refine)
+                    tables=two_hop_tables(), units_per_community=1, refine_concepts=refine, follow_links=0)
         r = run(lazy_search(q, budget=4))
         results[refine] = r
     # without refinement the second subquery's words match no unit better than the filler does
