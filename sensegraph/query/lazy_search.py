@@ -27,13 +27,27 @@ the steps below follow its outline and the details are choices made here:
    again with the concepts of the units found relevant (`lazy.refine_concepts` of them, ranked
    by their NPMI with the concepts the question names, then by rarity), which is how the second
    hop of "the father of the director of film X" is found once the director is.
-   Testers: `chat` (the default, for every model) asks the chat model to rate each unit 0-3
-   (prompt `lazy_relevance`; `lazy.relevance_threshold` and up is relevant), up to MAX_BATCH
-   units per call, each shown as its best passage: the window of consecutive sentences, up to
-   `lazy.snippet_tokens`, that best matches the question, the expansion and the subqueries
-   (BM25 over the index's units, no model: query/passages.py), so a test costs a tenth of a
-   1,200-token unit; `embedding` makes no call: a unit is relevant when its similarity to some
-   subquery stands out from the corpus's. The embedding score only orders the tests.
+   Units linked to what was found are tested next (`lazy.follow_links` of them per relevant
+   wave, pseudo-community LINKED): personalised PageRank from the relevant units over the graph
+   walk's concept-unit graph (query/graph_walk.py), which reaches the second hop's unit when it
+   shares a concept with the first hop but resembles no subquery.
+   Testers: `chat` (the default, for every model) asks the chat model, each unit shown as its
+   best passage: the window of consecutive sentences, up to `lazy.snippet_tokens`, that best
+   matches the question, the expansion and the subqueries (BM25 over the index's units, no
+   model: query/passages.py), so a test costs a tenth of a 1,200-token unit. How it is asked is
+   `lazy.test_format`: `scores` rates each unit 0-3 (prompt `lazy_relevance`;
+   `lazy.relevance_threshold` and up is relevant) as LazyGraphRAG does, the default for a strong
+   model; `pick` lists the units that help (prompt `lazy_pick`), the default for a small model,
+   which rates nearly everything relevant; `yesno` asks one unit per call for one token and
+   reads P(yes) from its log-probabilities (ChatClient.choose); `answers` has the model answer
+   the subqueries and keeps the units whose answer is found in them (its answers then refine the
+   subqueries still unanswered). Up to `lazy.units_per_call` units per call. The embedding
+   prior (`lazy.embedding_prior`, on for a small model) counts a unit relevant whatever the
+   model said when its similarity stands `lazy.prior_z` standard deviations above the corpus's
+   mean: a small model turns down half of the obvious units (docs/performance.md, "the
+   relevance tester"). `embedding` makes no call: a unit is relevant when its similarity to
+   some subquery stands out from the corpus's. Otherwise the embedding score only orders the
+   tests.
 4. Claims: the relevant units, grouped by the community they were found in (groups with more
    relevant units first; a group is never split across calls unless it alone is larger than
    one), each cut to its best windows grown into their neighbours (up to `lazy.claim_tokens`),

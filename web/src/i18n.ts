@@ -30,7 +30,7 @@ const en = {
   concepts: "Concepts", concept: "Concept", conceptsSize: "concepts", cooccurrences: "Co-occurrences",
   frequency: "frequency", backToCommunity: "Community view", searchConcepts: "Search concepts",
   noReportsToRead: "this lazy index has no community reports for it to read",
-  budget: "Budget", budgetDefault: "default", budgetHelp: "relevance tests of source text, all spent: more tests read more of the corpus, at more calls (with lazy.tester: embedding they are free and buy nothing)",
+  budget: "Budget", budgetDefault: "default", budgetHelp: "relevance tests of source text by the chat model, all spent: more tests read more of the corpus and of the passages linked to what was found, at more calls and seconds (with a small model a passage that closely matches the question counts too; with lazy.tester: embedding tests are free and the budget buys nothing)",
   unitsTested: "units tested", relevant: "relevant",
 };
 type Strings = typeof en;
@@ -64,7 +64,7 @@ const zh: Strings = {
   concepts: "概念", concept: "概念", conceptsSize: "个概念", cooccurrences: "共现关系",
   frequency: "频次", backToCommunity: "社区视图", searchConcepts: "搜索概念",
   noReportsToRead: "这个惰性索引没有可供它阅读的社区报告",
-  budget: "预算", budgetDefault: "默认", budgetHelp: "原文片段的相关性检验次数，全部用完：次数越多，读到的语料越多，调用也越多（lazy.tester: embedding 时检验不调用模型，预算不起作用）",
+  budget: "预算", budgetDefault: "默认", budgetHelp: "由对话模型做的原文片段相关性检验次数，全部用完：次数越多，读到的语料及与已找到内容相关联的片段越多，调用和耗时也越多（小模型时，与问题高度匹配的片段也算相关；lazy.tester: embedding 时检验不调用模型，预算不起作用）",
   unitsTested: "个片段已检验", relevant: "个相关",
 };
 
