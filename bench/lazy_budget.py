@@ -157,7 +157,8 @@ def podcast(args, chat: dict) -> None:
     asyncio.run(run_index(settings, log=lambda m: None))
     print(f"podcast lazy index in {root}: {time.perf_counter() - t0:.0f} s")
     text = (PODCAST / "questions.csv").read_text(encoding="utf-8-sig")
-    question = next(csv.DictReader(io.StringIO(text)))["question"]
+    first = next(csv.DictReader(io.StringIO(text)))
+    question = first.get("question_text") or first["question"]  # the shared file's column is question_text
     print(f"question: {question}")
     print("| budget | tests | relevant units | claims kept | calls | prompt tok | completion tok | seconds |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
