@@ -167,3 +167,82 @@ def test_query_dry_run_and_export_work_on_a_lazy_index(tmp_path):
 
     graph = nx.read_graphml(tmp_path / "output" / "export" / "graph.graphml")
     assert graph.number_of_nodes() == len(pd.read_parquet(tmp_path / "output" / "entities.parquet"))
+
+
+# -- concept vectors: embedded with the index, not while the first question waits ----------------
+
+def embedded_texts(server, since: int = 0) -> list[str]:
+    """Every text sent to the embeddings endpoint (in request order) from request `since` on."""
+    return [t for b in list(server.requests)[since:] if "input" in b for t in b["input"]]
+
+
+def test_a_lazy_index_embeds_its_concepts_by_title_and_a_rerun_embeds_nothing(tmp_path):
+    from sensegraph.store.vectors import VectorIndex, vector_model
+
+    write_docs(tmp_path, DOCS)
+    with start_mock_server() as server:
+        settings = settings_for(tmp_path, server, index_method="lazy")
+        result = index(settings)
+        entities = result.tables["entities"]
+        sent = embedded_texts(server)
+        # every concept, by its title (what the query's fallback embeds too: query.data)
+        assert set(entities["title"]) <= set(sent)
+        assert not [t for t in sent if t.startswith(tuple(f"{x}: " for x in entities["title"]))]
+        assert result.stats["steps"]["embed"]["vectors"] == {"text_units": len(result.tables["text_units"]),
+                                                             "entities": len(entities)}
+        out = tmp_path / "output"
+        vectors = VectorIndex.load(out, "entities")
+        assert vectors.ids == list(entities["id"]) and vectors.dim > 0
+        assert vector_model(out, "entities") == "mock"
+        assert not (out / "embeddings" / "community_reports.parquet").exists()  # a lazy index has no reports
+        # an unchanged index embeds nothing again: every vector comes from the cache
+        before = len(server.requests)
+        again = index(settings)
+        assert len(server.requests) == before
+        assert again.stats["llm"]["embed"]["cache_hits"] >= len(entities)
+        assert VectorIndex.load(out, "entities").ids == vectors.ids
+
+
+def test_a_changed_corpus_embeds_only_its_new_concepts_and_units(tmp_path):
+    write_docs(tmp_path, {k: DOCS[k] for k in ("harbor.txt", "council.txt")})
+    with start_mock_server() as server:
+        settings = settings_for(tmp_path, server, index_method="lazy")
+        first = index(settings)
+        write_docs(tmp_path, {"observatory.txt": DOCS["observatory.txt"]})
+        before = len(server.requests)
+        second = index(settings)
+        sent = embedded_texts(server, before)
+    new_titles = set(second.tables["entities"]["title"]) - set(first.tables["entities"]["title"])
+    new_units = set(second.tables["text_units"]["text"]) - set(first.tables["text_units"]["text"])
+    assert new_titles and new_units
+    assert sorted(sent) == sorted(new_titles | new_units)
+
+
+def test_a_failed_concept_batch_is_reported_and_the_rerun_embeds_it(tmp_path):
+    from sensegraph.index.pipeline import IndexFailed
+    from sensegraph.store.tables import read_table
+    from sensegraph.store.vectors import VectorIndex
+    from test_pipeline import FaultyServer
+
+    write_docs(tmp_path, DOCS)
+    broken = {"on": True}
+
+    def concept_batch(body) -> bool:  # the batch that holds this concept's title, while broken
+        return broken["on"] and "Maria Okafor" in (body.get("input") or [])
+    with FaultyServer(concept_batch).start() as server:
+        settings = settings_for(tmp_path, server, index_method="lazy", max_retries=1)
+        with pytest.raises(IndexFailed) as failed:
+            index(settings)
+        entities = read_table(tmp_path / "output", "entities")
+        lost = failed.value.failures["embed"]
+        maria = entities.loc[entities["title"] == "Maria Okafor", "id"].iloc[0]
+        assert f"entities:{maria}" in lost and all(x.startswith("entities:") for x in lost)
+        stored = VectorIndex.load(tmp_path / "output", "entities").ids
+        assert set(stored) == set(entities["id"]) - {x.removeprefix("entities:") for x in lost}
+        broken["on"] = False
+        before = len(server.requests)
+        again = index(settings)  # redoes what failed; the rest comes from the cache
+        assert not again.failures
+        sent = embedded_texts(server, before)
+    assert "Maria Okafor" in sent and len(sent) == len(lost)
+    assert VectorIndex.load(tmp_path / "output", "entities").ids == list(entities["id"])

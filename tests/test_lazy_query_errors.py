@@ -1,7 +1,8 @@
 """Query methods on a lazy index (no community reports): global and DRIFT search say that a lazy
 index has no reports and which method to use, from the query API (so the CLI, the server and
-Python callers all get it) and before any model call; local search works, embedding the concepts
-the first time it is asked."""
+Python callers all get it) and before any model call; local search works, from the concept
+vectors the index made (or, on an index made before it embedded them, from vectors embedded the
+first time it is asked)."""
 from __future__ import annotations
 
 import asyncio
@@ -64,17 +65,45 @@ def test_report_methods_on_a_lazy_index_say_what_to_use(lazy, method, options):
     assert len(chat_requests(server)) == before  # nothing was asked
 
 
-def test_local_search_on_a_lazy_index_embeds_its_concepts_once(lazy):
-    root, _, settings = lazy
-    vectors = root / "output" / "embeddings" / "entities.parquet"
-    assert not vectors.exists()  # a lazy index embeds its text units only
+def embedded_texts(server, since: int = 0) -> list[str]:
+    return [t for b in list(server.requests)[since:] if "input" in b for t in b["input"]]
+
+
+def test_local_search_on_a_lazy_index_embeds_only_the_question(lazy):
+    root, server, settings = lazy
+    assert (root / "output" / "embeddings" / "entities.parquet").exists()  # the index embedded its concepts
+    before = len(server.requests)
     result, logged = _ask(settings, "local")
     assert result.stats["context_units"] > 0 and result.stats["sections"]["Entities"]["rows"] > 0
-    said = [m for m in logged if m.startswith("embedding")]
-    assert len(said) == 1 and "concepts of this lazy index" in said[0], logged
-    assert vectors.exists()
-    _, logged = _ask(settings, "local")
-    assert not [m for m in logged if m.startswith("embedding")]
+    assert not [m for m in logged if m.startswith("embedding")], logged
+    assert set(embedded_texts(server, before)) <= {QUESTION}  # (none once the question is cached)
+
+
+def test_a_lazy_index_without_concept_vectors_embeds_them_on_the_first_question(lazy, tmp_path):
+    """A lazy index built before its concepts were embedded with it: the first local question
+    embeds them, says so, and writes them; the same texts as the index embeds (every one is
+    found in the cache the index filled), so the vectors are the index's."""
+    from sensegraph.store.vectors import VectorIndex
+
+    root, server, settings = lazy
+    vectors = root / "output" / "embeddings" / "entities.parquet"
+    made = VectorIndex.load(root / "output", "entities")
+    kept = tmp_path / "entities.parquet"
+    vectors.rename(kept)
+    try:
+        before = len(server.requests)
+        result, logged = _ask(settings, "local")
+        assert result.stats["context_units"] > 0
+        said = [m for m in logged if m.startswith("embedding")]
+        assert len(said) == 1 and f"embedding {len(made.ids)} concepts of this lazy index" in said[0], logged
+        assert set(embedded_texts(server, before)) <= {QUESTION}  # the concepts' texts were all cached
+        assert vectors.exists()
+        again = VectorIndex.load(root / "output", "entities")
+        assert again.ids == made.ids and (again.vectors == made.vectors).all()
+        _, logged = _ask(settings, "local")
+        assert not [m for m in logged if m.startswith("embedding")]
+    finally:
+        kept.replace(vectors)
 
 
 def test_the_command_line_says_it_in_one_line(lazy):

@@ -1,5 +1,6 @@
-"""Embeddings of text units, entity descriptions and community reports (for local, DRIFT and
-basic search), stored as vector tables beside the parquet tables."""
+"""Embeddings of text units, entity descriptions (a lazy index's concepts: their titles) and
+community reports (for local, DRIFT and basic search), stored as vector tables beside the parquet
+tables."""
 from __future__ import annotations
 
 import asyncio
@@ -22,6 +23,21 @@ EMBEDDED_FIELDS: dict[str, Callable[[pd.Series], str]] = {
 }
 
 
+def concept_text(row: Any) -> str:
+    """What a lazy index embeds for a concept: its title. Its description is only the first
+    sentence the concept occurs in (cooccurrence.py), which says more about whatever else that
+    sentence names ("actor: Bruce Leung ... is an actor who ...") than about the concept, and is
+    7 times the tokens: 44 a concept against 6 on 2Wiki, where it made the concepts cost more to
+    embed than the text units and walk recall no better (docs/performance.md)."""
+    return str(row["title"])
+
+
+def embedded_text(name: str, *, lazy: bool = False) -> Callable[[Any], str]:
+    """The text embedded for a row of table `name` (a key of EMBEDDED_FIELDS) of a lazy or a
+    standard index: the index and the query's fallback (query.data) must embed the same."""
+    return concept_text if lazy and name == "entities" else EMBEDDED_FIELDS[name]
+
+
 def _batches(df: pd.DataFrame, text_of: Callable[[Any], str], size: int) -> Iterator[tuple[int, list[str], list[str]]]:
     """(number, ids, texts) per batch of `size` rows, each batch's texts made when it is reached."""
     for number, start in enumerate(range(0, len(df), size)):
@@ -32,7 +48,7 @@ def _batches(df: pd.DataFrame, text_of: Callable[[Any], str], size: int) -> Iter
 class EmbeddingRun:
     """The vector tables of one index run, each embedded from the moment its table is known:
     text units while the LLM extracts from them, entity descriptions while the community
-    reports are written, the reports last. Embeddings go to their own servers (`embedding`),
+    reports are written (a lazy index's concepts once its graph is built), the reports last. Embeddings go to their own servers (`embedding`),
     so a table embedded beside a chat step costs that step nothing, and the embed step waits
     only for what is left; embedding every table after the reports added its batches' start
     and end to the index's wall time (2.4 s of 107 on the podcast corpus at 300 ms).
@@ -57,15 +73,16 @@ class EmbeddingRun:
         self._closed = False
         self.task = asyncio.ensure_future(self._run())  # cancelling it discards what was written
 
-    def add(self, name: str, df: pd.DataFrame) -> None:
-        """Start embedding table `name` (a key of EMBEDDED_FIELDS) after the tables added before."""
+    def add(self, name: str, df: pd.DataFrame, *, lazy: bool = False) -> None:
+        """Start embedding table `name` (a key of EMBEDDED_FIELDS) of a lazy or a standard index
+        after the tables added before."""
         if name in self.writers:
             raise ValueError(f"{name} is already being embedded")
         if self._closed:
             raise RuntimeError("finish() was called: no table can be added")
         self.writers[name] = VectorWriter(self.output_dir, name, model=self.embedder.model)
         self.counts[name], self.failed[name] = 0, []
-        self._sources.append((name, _batches(df, EMBEDDED_FIELDS[name], self.size)))
+        self._sources.append((name, _batches(df, embedded_text(name, lazy=lazy), self.size)))
         self._more.set()
 
     async def finish(self) -> tuple[dict[str, int], list[str]]:
@@ -126,13 +143,13 @@ class EmbeddingRun:
 
 async def embed_tables(tables: dict[str, pd.DataFrame], embedder, output_dir: Path,
                        advance: Callable[[int], None] | None = None,
-                       run: EmbeddingRun | None = None) -> tuple[dict[str, int], list[str]]:
+                       run: EmbeddingRun | None = None, lazy: bool = False) -> tuple[dict[str, int], list[str]]:
     """Embed every row of each table named in EMBEDDED_FIELDS (those `run` was already given
     are not added again); returns (rows embedded per table, failed rows as "table:id")."""
     run = run or EmbeddingRun(embedder, output_dir)
     for name in EMBEDDED_FIELDS:
         if tables.get(name) is not None and name not in run.writers:
-            run.add(name, tables[name])
+            run.add(name, tables[name], lazy=lazy)
     if advance:
         advance(run.done)
         run.advance = advance

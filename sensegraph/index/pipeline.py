@@ -108,7 +108,8 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
             check_language(language)  # a language the lazy index cannot read fails before any work
         units = (await steps.run("text_units", _text_units, checkpoint=False, documents=docs)).tables["text_units"]
         # Each vector table is embedded from when its table is known: text units alongside
-        # extraction, entities alongside the reports (embed.EmbeddingRun).
+        # extraction, entities alongside the reports, a lazy index's concepts once its graph is
+        # built (embed.EmbeddingRun).
         vectors = embed.EmbeddingRun(embedder, out)
         background(vectors.task)
         vectors.add("text_units", units)
@@ -124,6 +125,9 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
                                          settings=settings):  # a tiny corpus: say why, and what to do
                 log(f"warning: {note}")
                 stats["concepts_note"] = note
+            # Local search walks from the concepts a question resembles: embedded here, not
+            # while the first question waits (minutes on a large corpus).
+            vectors.add("entities", elements["entities"], lazy=True)
         else:
             # 3. element instances: one extraction per text unit, plus gleaning; which checks
             # of the names applied, and why, is part of the run's record
@@ -159,8 +163,9 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         # 7. embeddings for search
         tables = {"documents": docs, "text_units": units, **elements, "communities": comms,
                   "community_reports": reports}
-        # (a lazy index searches its text units; its many concepts are embedded only if asked for)
-        searched = tables if settings.index_method == "standard" else {"text_units": units}
+        # (a lazy index searches its text units and its concepts: it has no reports)
+        searched = tables if settings.index_method == "standard" else {"text_units": units,
+                                                                       "entities": elements["entities"]}
         await steps.run("embed", _embed, checkpoint=False, tables=searched, embedder=embedder,
                         extra={"run": vectors, "out": out, "bar": bar})
         if numbering is not None:

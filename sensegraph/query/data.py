@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..index.embed import EMBEDDED_FIELDS
+from ..index.embed import embedded_text
 from ..store.tables import TABLES, has_table, read_table
 from ..store.vectors import VectorIndex, vector_model, vectors_path, write_vectors
 
@@ -159,11 +159,13 @@ class GraphIndex:
                                                     and index.dim != embedder.dim):
                 index = None
         if index is None:
-            what = ("concepts of this lazy index" if name == "entities" and self.lazy  # it embeds text units only
+            # A lazy index embeds its concepts as it is built; one built before it did (or whose
+            # concept vectors are of another model) has them embedded here, once.
+            what = ("concepts of this lazy index" if name == "entities" and self.lazy
                     else name.replace("_", " "))
             log(f"embedding {len(df)} {what} with {embedder.model or 'the embedding model'} "
                 f"(once: the vectors are cached)")
-            text_of = EMBEDDED_FIELDS[name]
+            text_of = embedded_text(name, lazy=self.lazy)
             texts = [str(text_of(row)) for _, row in df.iterrows()]
             batch = max(1, embedder.settings.batch_size)
             parts = []
