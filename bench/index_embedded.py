@@ -138,7 +138,8 @@ def main() -> None:
         make_project(folder, args.corpus, args.lines, args.size, args.parallel, args.redocred, args.seed)
     estimate = dry_run(folder)
     log = folder / "index.log"
-    name = f"{args.redocred} Re-DocRED documents" if args.redocred else args.corpus.name
+    name = (f"the project {folder} again" if args.again else
+            f"{args.redocred} Re-DocRED documents" if args.redocred else args.corpus.name)
     console.print(f"Indexing {name} with the embedded {args.size} model on {args.parallel} slots"
                   f"{' using ' + args.code if args.code else ''}; progress in {log}")
     seconds, rc = run_index(folder, args.code, log)

@@ -83,8 +83,9 @@ def first_citation(prompt: str) -> str:
 
 
 def run(comms, entities, relationships, reporter: Reporter, *, budget: int, covariates=None,
-        language: str = "en", advance=None, cache=None, counts=None):
-    settings = Settings(reports=ReportSettings(max_input_tokens=budget, max_tokens=800))
+        language: str = "en", advance=None, cache=None, counts=None, elementary_roots: bool = True):
+    settings = Settings(reports=ReportSettings(max_input_tokens=budget, max_tokens=800,
+                                               elementary_roots=elementary_roots))
 
     async def go():
         llm = reporter.llm.client(cache=cache)
@@ -523,7 +524,7 @@ def test_findings_that_cite_nothing_restate_bookkeeping_or_add_numbers_are_dropp
         ("A famous member", "John Smith met Leonard Bernstein at ASCAP [Data: Entities (5, 7)]."),
     ])
     counts: dict[str, int] = {}
-    reports, failed = run(comms, entities, relationships, answering(answer), budget=2000, counts=counts)
+    reports, failed = run(comms, entities, relationships, answering(answer), budget=2000, counts=counts, elementary_roots=False)
     assert failed == []
     findings = reports.iloc[0]["findings"]
     assert [f["summary"] for f in findings] == ["John Smith joined ASCAP", "Three symphonies", "A famous member"]
@@ -543,7 +544,7 @@ def test_a_report_whose_findings_are_all_dropped_keeps_its_title_and_summary():
     answer = report_of([("Entities: ASCAP, JOHN SMITH", "The entity has a degree of 1 [Data: Degrees (1, 1)]."),
                         ("The Board", "The Board is a meal served during the day at ELAM.")], rating=2.0)
     counts: dict[str, int] = {}
-    reports, failed = run(comms, entities, relationships, answering(answer), budget=2000, counts=counts)
+    reports, failed = run(comms, entities, relationships, answering(answer), budget=2000, counts=counts, elementary_roots=False)
     assert failed == [] and len(reports) == 1
     row = reports.iloc[0]
     assert row["title"] == "John Smith and ASCAP" and row["findings"] == []
@@ -555,7 +556,7 @@ def test_a_report_whose_findings_are_all_dropped_keeps_its_title_and_summary():
 def test_rating_is_capped_by_the_size_of_the_community():
     entities, relationships, comms = composer_index()
     counts: dict[str, int] = {}
-    reports, _ = run(comms, entities, relationships, answering(report_of([], rating=9.0)), budget=2000, counts=counts)
+    reports, _ = run(comms, entities, relationships, answering(report_of([], rating=9.0)), budget=2000, counts=counts, elementary_roots=False)
     tiny = reports.iloc[0]
     assert tiny["rank"] == 3.0 and json.loads(tiny["full_content_json"])["rating"] == 3.0
     assert counts["ratings_capped"] == 1
@@ -563,7 +564,7 @@ def test_rating_is_capped_by_the_size_of_the_community():
     entities, relationships, comms = hand_made({"A": 5, "B": 4, "C": 3}, [("A", "B"), ("B", "C")])
     counts = {}
     reports, _ = run(comms, entities, relationships, answering(report_of([], rating=9.0)), budget=100_000,
-                     counts=counts)
+                     counts=counts, elementary_roots=False)
     assert reports.set_index("community")["rank"].to_dict() == {0: 9.0, 1: 7.0, 2: 5.0, 3: 5.0}
     assert counts["ratings_capped"] == 3
 
@@ -713,9 +714,10 @@ def test_small_community_below_the_root_is_written_from_its_rows_without_a_call(
     assert sorted(map(sorted, map(entities_in, every.prompts))) == [["Ada", "Bob"], titles]
 
 
-def test_sub_community_of_only_co_occurring_entities_costs_no_call():
-    """Leiden may split off entities that sentences merely name together: below the root, with
-    no extracted relationship among them, their report is their rows; at the root it is asked."""
+def test_communities_of_only_co_occurring_entities_cost_no_call_at_the_root_too():
+    """Leiden may split off entities that sentences merely name together: with no extracted
+    relationship among them, their report is their rows, below the root and (unless
+    reports.elementary_roots is false) at the root."""
     titles = ["Ada", "Bob", "Cy", "Dee", "Eve", "Fay"]
     entities = pd.DataFrame({"id": [f"e{i}" for i in range(6)], "human_readable_id": range(6), "title": titles,
                              "type": "person", "description": [f"{t} is a person." for t in titles],
@@ -736,7 +738,39 @@ def test_sub_community_of_only_co_occurring_entities_costs_no_call():
     reporter = Reporter()
     reports, failed = run(comms, entities, relationships, reporter, budget=2000)
     asked = [entities_in(p) for p in reporter.prompts]
+    assert failed == [] and sorted(map(sorted, asked)) == sorted([titles, ["Ada", "Bob", "Cy"]])
+    for n in (2, 3):  # the co-named three, below the root and as a root of their own
+        weak = reports.set_index("community").loc[n]
+        assert weak["rating_explanation"] == community_reports.ELEMENTARY_EXPLANATION["en"]
+        assert weak["summary"] == "Dee is a person. Eve is a person. Fay is a person."
+    asking = Reporter()
+    run(comms, entities, relationships, asking, budget=2000, elementary_roots=False)
+    asked = [entities_in(p) for p in asking.prompts]
     assert sorted(map(sorted, asked)) == sorted([titles, ["Ada", "Bob", "Cy"], ["Dee", "Eve", "Fay"]])
-    weak = reports.set_index("community").loc[2]
-    assert weak["rating_explanation"] == community_reports.ELEMENTARY_EXPLANATION["en"]
-    assert weak["summary"] == "Dee is a person. Eve is a person. Fay is a person."
+
+
+def test_a_root_pair_is_written_from_its_rows_and_a_bigger_related_root_is_asked():
+    """A root community of two related entities: a model could only restate the relationship.
+    A root of three related entities, or one with a claim, is asked."""
+    titles = ["Ada", "Bob", "Cy", "Dee", "Eve", "Fay", "Gus"]
+    entities = pd.DataFrame({"id": [f"e{i}" for i in range(7)], "human_readable_id": range(7), "title": titles,
+                             "type": "person", "description": [f"{t} is a person." for t in titles],
+                             "text_unit_ids": [["tu0"]] * 7, "degree": 1})
+    pairs = [("Ada", "Bob"), ("Cy", "Dee"), ("Dee", "Eve"), ("Fay", "Gus")]
+    relationships = pd.DataFrame({"id": [f"r{i}" for i in range(4)], "human_readable_id": range(4),
+                                  "source": [a for a, _ in pairs], "target": [b for _, b in pairs],
+                                  "description": [f"{a} taught {b}." for a, b in pairs], "weight": 1.0,
+                                  "combined_degree": 2, "text_unit_ids": [["tu0"]] * 4, "co_occurrence": False})
+    covariates = pd.DataFrame({"id": ["k0"], "human_readable_id": [0], "covariate_type": ["claim"],
+                               "subject_id": ["Fay"], "object_id": ["Gus"], "type": ["FRAUD"], "status": ["TRUE"],
+                               "start_date": [None], "end_date": [None], "description": ["Fay defrauded Gus."],
+                               "source_text": ["Fay defrauded Gus."], "text_unit_id": ["tu0"]})
+    comms = pd.DataFrame({"id": ["c0", "c1", "c2"], "community": [0, 1, 2], "level": 0, "parent": -1,
+                          "children": [[], [], []], "entity_ids": [["e0", "e1"], ["e2", "e3", "e4"], ["e5", "e6"]],
+                          "relationship_ids": [["r0"], ["r1", "r2"], ["r3"]], "size": [2, 3, 2], "carried": False})
+    reporter = Reporter()
+    reports, failed = run(comms, entities, relationships, reporter, budget=2000, covariates=covariates)
+    asked = sorted(map(sorted, (entities_in(p) for p in reporter.prompts)))
+    assert failed == [] and asked == [["Cy", "Dee", "Eve"], ["Fay", "Gus"]]
+    pair = reports.set_index("community").loc[0]
+    assert pair["summary"] == "Ada taught Bob." and pair["title"] == "Ada and Bob"

@@ -458,21 +458,22 @@ def _single_entity_report(title: str, description: str, human_readable_id: objec
 
 
 ELEMENTARY_EXPLANATION = {
-    "en": "A small or only loosely linked community below the root, written from its elements without a model "
-          "call: its parent's report reads the same elements (reports.llm_min_entities).",
-    "zh": "根层以下的小社区或仅松散关联的社区，直接由其元素写成，未调用模型：其上级社区的报告读取相同的元素（reports.llm_min_entities）。",
+    "en": "A small or only loosely linked community, written from its elements without a model call: a report "
+          "could only restate them (reports.llm_min_entities, reports.elementary_roots).",
+    "zh": "小社区或仅松散关联的社区，直接由其元素写成，未调用模型：模型的报告只能复述这些元素（reports.llm_min_entities、reports.elementary_roots）。",
 }
 _AND = {"en": " and ", "zh": "与"}
 
 
-def _elementary(c: _Community, el: _Elements, comms: dict[int, _Community], min_entities: int) -> bool:
-    """Below the root, a community with no sub-community or claim of its own that has fewer than
-    `min_entities` entities, or no extracted relationship at all (Leiden split off entities that
-    one sentence merely names together: co-occurrence edges only). An LLM report of it can only
-    restate its rows, and its parent's report already reads them (as rows, or as this report
-    when the parent must be composed)."""
+def _elementary(c: _Community, el: _Elements, comms: dict[int, _Community], min_entities: int,
+                roots: bool = True) -> bool:
+    """A community with no sub-community or claim of its own that has fewer than `min_entities`
+    entities, or no extracted relationship at all (entities that one sentence merely names
+    together: co-occurrence edges only); a root one only if `roots`. An LLM report of it can
+    only restate its rows; below the root its parent's report reads them too (as rows, or as
+    this report when the parent must be composed)."""
     own_children = [n for n in c.children if n in comms and not comms[n].carried]
-    if c.parent < 0 or own_children or any(el.claims.get(t) for t in c.titles):
+    if (c.parent < 0 and not roots) or own_children or any(el.claims.get(t) for t in c.titles):
         return False
     return len(c.titles) < min_entities or all(r in el.weak for r in c.edge_ids)
 
@@ -589,7 +590,7 @@ async def write_reports(
         report = None
         if _isolated_entity(c, el, comms):
             report = _single_entity_report(c.titles[0], *entity_info[c.titles[0]], language)
-        elif _elementary(c, el, comms, settings.reports.llm_min_entities):
+        elif _elementary(c, el, comms, settings.reports.llm_min_entities, settings.reports.elementary_roots):
             report = _elementary_report(c, el, entity_info, language)
         if report is not None:
             reports[c.number] = report
