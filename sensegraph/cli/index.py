@@ -231,7 +231,8 @@ def update_command(root: str, remove: tuple[str, ...], allow_partial: bool, budg
                       f"text units extracted: {u.get('text_units', {}).get('extracted', 0)}; "
                       f"entities +{u['entities']['added']} -{u['entities']['removed']} "
                       f"~{u['entities']['resummarised']} re-summarised; reports regenerated: "
-                      f"{u['community_reports']['regenerated']} of {u['community_reports']['written']}",
+                      f"{u['community_reports']['regenerated']} of {u['community_reports']['written']}"
+                      f" (and {u['community_reports'].get('rewritten_from_rows', 0)} rewritten from their rows, no call)",
                       highlight=False)
 
 

@@ -130,8 +130,17 @@ def _community_changes(prev: Numbering, tables: dict[str, pd.DataFrame]) -> tupl
     new_desc = _descriptions(tables["entities"], tables["relationships"])
     id_of_number = {int(r["community"]): str(r["id"]) for r in new_c.to_dict("records")}
     carried = {str(r["id"]) for r in new_c.to_dict("records") if r.get("carried")}
+    # A report written from its community's rows (one entity, a small or only co-named
+    # community: community_reports.py) read no context and cost no call; its changes are counted
+    # apart, so `regenerated` is what the model was asked again.
+    from_rows = set()
+    if not new_r.empty and "context_tokens" in new_r:
+        number_ids = dict(zip(new_c["community"].astype(int), new_c["id"].astype(str)))
+        from_rows = {number_ids[int(n)] for n, t in zip(new_r["community"], new_r["context_tokens"])
+                     if int(n) in number_ids and not t}
     reasons: dict[str, int] = {}
     regenerated: set[str] = set()
+    rewritten: set[str] = set()
     samples: list[dict[str, Any]] = []
     # bottom-up, so a parent can point at its regenerated children
     for r in sorted(new_c.to_dict("records"), key=lambda r: -int(r["level"])):
@@ -139,6 +148,9 @@ def _community_changes(prev: Numbering, tables: dict[str, pd.DataFrame]) -> tupl
         if i in carried or i not in after:
             continue
         if before.get(i) == after[i]:
+            continue
+        if i in from_rows:
+            rewritten.add(i)
             continue
         regenerated.add(i)
         if i not in before:
@@ -154,7 +166,8 @@ def _community_changes(prev: Numbering, tables: dict[str, pd.DataFrame]) -> tupl
             samples.append({"community": int(r["community"]), "level": int(r["level"]), "reason": why})
     written = len([i for i in after if i not in carried])
     reports = {"total": len(after), "written": written, "regenerated": len(regenerated),
-               "reused": written - len(regenerated), "carried_copies": len(carried & set(after)),
+               "rewritten_from_rows": len(rewritten),
+               "reused": written - len(regenerated) - len(rewritten), "carried_copies": len(carried & set(after)),
                "regenerated_share": round(len(regenerated) / written, 4) if written else 0.0,
                "reasons": reasons, "regenerated_sample": samples}
     return communities, reports
