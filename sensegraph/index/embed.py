@@ -143,13 +143,13 @@ class EmbeddingRun:
 
 async def embed_tables(tables: dict[str, pd.DataFrame], embedder, output_dir: Path,
                        advance: Callable[[int], None] | None = None,
-                       run: EmbeddingRun | None = None, lazy: bool = False) -> tuple[dict[str, int], list[str]]:
+                       run: EmbeddingRun | None = None) -> tuple[dict[str, int], list[str]]:
     """Embed every row of each table named in EMBEDDED_FIELDS (those `run` was already given
     are not added again); returns (rows embedded per table, failed rows as "table:id")."""
     run = run or EmbeddingRun(embedder, output_dir)
     for name in EMBEDDED_FIELDS:
         if tables.get(name) is not None and name not in run.writers:
-            run.add(name, tables[name], lazy=lazy)
+            run.add(name, tables[name])
     if advance:
         advance(run.done)
         run.advance = advance

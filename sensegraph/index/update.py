@@ -135,9 +135,8 @@ def _community_changes(prev: Numbering, tables: dict[str, pd.DataFrame]) -> tupl
     # apart, so `regenerated` is what the model was asked again.
     from_rows = set()
     if not new_r.empty and "context_tokens" in new_r:
-        number_ids = dict(zip(new_c["community"].astype(int), new_c["id"].astype(str)))
-        from_rows = {number_ids[int(n)] for n, t in zip(new_r["community"], new_r["context_tokens"])
-                     if int(n) in number_ids and not t}
+        from_rows = {id_of_number[int(n)] for n, t in zip(new_r["community"], new_r["context_tokens"])
+                     if int(n) in id_of_number and not t}
     reasons: dict[str, int] = {}
     regenerated: set[str] = set()
     rewritten: set[str] = set()
