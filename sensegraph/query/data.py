@@ -152,7 +152,7 @@ class GraphIndex:
         df = self.tables[name]
         stored = vector_model(self.output_dir, name)
         index: VectorIndex | None = None
-        if stored is not None and stored in ("", embedder.model):
+        if stored is not None and embedder.reads(stored):
             index = VectorIndex.load(self.output_dir, name)
             # vectors of another size or of other rows (an older index) are not usable
             if set(index.ids) != set(df["id"]) or (index.dim and embedder.settings.provider == "local"
