@@ -72,14 +72,15 @@ def test_a_text_embeds_the_same_alone_or_padded_in_a_batch(blas):
 
 def test_softmax_weights_fall_back_to_the_stable_form_when_exp_overflows():
     scores = np.array([[[[200.0, 199.0, -5.0]]]], dtype=np.float32)
-    weights = e5_blas._softmax_weights(scores.copy(), None)
-    probs = weights / weights.sum(axis=-1, keepdims=True)
+    weights, sums = e5_blas._softmax_weights(scores.copy(), None)
+    assert np.allclose(sums, weights.sum(axis=-1))
+    probs = weights / sums[..., None]
     expected = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
     assert np.isfinite(weights).all() and np.allclose(probs, expected, atol=1e-6)
     # a row whose every score underflows
     low = np.full((1, 1, 1, 3), -200.0, dtype=np.float32)
-    weights = e5_blas._softmax_weights(low.copy(), None)
-    assert np.allclose(weights / weights.sum(axis=-1, keepdims=True), 1 / 3)
+    weights, sums = e5_blas._softmax_weights(low.copy(), None)
+    assert np.allclose(weights / sums[..., None], 1 / 3)
 
 
 def test_passes_cover_every_window_once_within_the_budget_and_by_thread_multiples():
@@ -94,6 +95,27 @@ def test_passes_cover_every_window_once_within_the_budget_and_by_thread_multiple
     # a few short texts still give each thread a pass of its own
     names = [(i, [1, 2, 3]) for i in range(8)]
     assert len(e5_blas._chunks(names, 2)) == 2
+
+
+def cost(chunk):
+    return len(chunk) * (len(chunk[-1][1]) + 2)
+
+
+def test_passes_are_balanced_and_costliest_first_so_no_thread_idles_long():
+    rng = np.random.default_rng(1)
+    for trial in range(20):
+        lengths = rng.integers(60, 300, size=int(rng.integers(20, 60)))
+        windows = [(i, list(range(int(n)))) for i, n in enumerate(lengths)]
+        chunks = e5_blas._chunks(windows, 2)
+        costs = [cost(c) for c in chunks]
+        assert costs == sorted(costs, reverse=True)
+        # Two threads taking passes in this order: the later one to finish waits at most the
+        # smallest pass, and the padded work stays near the real work.
+        ends = [0, 0]
+        for c in costs:
+            ends[ends.index(min(ends))] += c
+        assert max(ends) - min(ends) <= costs[-1]
+        assert sum(costs) <= 1.25 * sum(len(ids) + 2 for _, ids in windows)
 
 
 def test_blas_is_the_default_runtime_and_reads_vectors_stored_by_either(tmp_path, monkeypatch):

@@ -106,6 +106,7 @@ class E5Blas:
             if texts[i] and i != self.unk}
         self._longest = max(map(len, self._pieces))
         self._prefix_set: set[str] | None = None  # built at the first long text (see tokenize)
+        self._chars = 0  # text embedded so far (see embed)
         self._unk_score = float(scores.min()) - 10.0
         n_norm, nm_bytes = struct.unpack_from("<iI", buf, p)
         p += 8
@@ -223,9 +224,11 @@ class E5Blas:
         prefix = "query: " if is_query else "passage: "
         texts = list(texts)
         H, width = self.H, self.MAXP - 2
-        if self._prefix_set is None and sum(map(len, texts)) > 20_000:
-            # The set of piece prefixes ends a span's growth as soon as no piece starts so (a
-            # third of the lookups); it takes a second to build, more than a query's text saves.
+        self._chars += sum(map(len, texts))
+        if self._prefix_set is None and self._chars > 20_000:
+            # The set of piece prefixes ends a span's growth as soon as no piece starts so (half
+            # the tokenizer's time); it takes a second to build, more than a few queries' text
+            # saves, so it is built once this engine has seen more text than that in all.
             self._prefixes()
         windows: list[tuple[int, list[int]]] = []  # (text number, content ids)
         for t, text in enumerate(texts):
@@ -269,10 +272,10 @@ class E5Blas:
             q = np.ascontiguousarray(qkv[:, :, 0].transpose(0, 2, 1, 3))   # (B, NH, L, hd)
             k = np.ascontiguousarray(qkv[:, :, 1].transpose(0, 2, 3, 1))   # (B, NH, hd, L)
             v = np.ascontiguousarray(qkv[:, :, 2].transpose(0, 2, 1, 3))
-            weights = _softmax_weights(np.matmul(q, k), bias)
+            weights, sums = _softmax_weights(np.matmul(q, k), bias)
             # Softmax's division is done on the (L x hd) context, not on the (L x L) weights.
             ctx = np.matmul(weights, v)
-            ctx /= weights.sum(axis=-1, keepdims=True)
+            ctx /= sums[..., None]
             ctx = ctx.transpose(0, 2, 1, 3).reshape(B * L, H)
             a = ctx @ ly.ao_w
             a += ly.ao_b
@@ -291,12 +294,34 @@ class E5Blas:
 
 def _chunks(windows: list[tuple[int, list[int]]], threads: int) -> list[list[tuple[int, list[int]]]]:
     """Forward passes: windows of similar length together (little padding), each pass at most
-    BATCH_TOKENS, and at least one pass per thread when there is enough text."""
+    BATCH_TOKENS, as few passes as that allows rounded up to a multiple of the threads, and
+    those passes as equal as the lengths allow, costliest first. The threads take passes in
+    that order, so none waits long for the other at the end of a call (with passes cut by a
+    fixed budget, the last pass of a call often ran alone: 12% of two cores idle)."""
     order = sorted(windows, key=lambda w: len(w[1]))
+    if not order:
+        return []
     total = sum(len(ids) + 2 for _, ids in order)
-    # Equal passes, a multiple of the threads in number, so no thread idles at the end.
+    longest = len(order[-1][1]) + 2
     passes = threads * max(1, -(-total // (threads * BATCH_TOKENS)))
-    budget = max(1, -(-total // passes))
+    while True:
+        # The smallest padded size per pass that fits the windows into `passes` passes.
+        lo, hi = max(longest, -(-total // passes)), max(longest, BATCH_TOKENS)
+        if len(_fill(order, hi)) > passes:
+            passes += threads
+            continue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(_fill(order, mid)) <= passes:
+                hi = mid
+            else:
+                lo = mid + 1
+        chunks = _fill(order, hi)
+        return sorted(chunks, key=lambda c: -len(c) * (len(c[-1][1]) + 2))
+
+
+def _fill(order: list[tuple[int, list[int]]], budget: int) -> list[list[tuple[int, list[int]]]]:
+    """Windows (shortest first) into passes of at most `budget` padded tokens, in order."""
     chunks: list[list[tuple[int, list[int]]]] = []
     for window in order:
         # Padded size if this window joins the last pass: every row as long as the longest.
@@ -327,8 +352,8 @@ def _one_blas_thread() -> Iterator[None]:
         yield
 
 
-def _softmax_weights(scores: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """exp(scores + bias), unnormalised: the caller divides by the row sums. Subtracting each
+def _softmax_weights(scores: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """exp(scores + bias) unnormalised, and its row sums, by which the caller divides. Subtracting each
     row's maximum first matters only when an exp would overflow or every exp of a row
     underflow; e5's scores stay within a few tens, so it is done only then."""
     if bias is not None:
@@ -337,10 +362,10 @@ def _softmax_weights(scores: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         weights = np.exp(scores)
     sums = weights.sum(axis=-1)
     if np.isfinite(sums).all() and (sums > 1e-30).all():
-        return weights
+        return weights, sums
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
-    return scores
+    return scores, scores.sum(axis=-1)
 
 
 def _layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
