@@ -548,6 +548,10 @@ def _english_doc(doc: Any, singular: _Singular) -> list[_Found]:
         fold = titled if titled and label == "PERSON" and not any(
             _title_word(t) in _KEPT_TITLES for t in tokens[:titled]) else 0
         name = tokens[fold:]
+        if len(name) == 1 and name[0].is_stop and not name[0].text.isupper():
+            # A lone function word the tagger took for a name or a noun ("of", "Who" of "Dr. Who",
+            # "ca." of a date, "name" of "of the same name"); US and AM stay.
+            continue
         phrase = _phrase(name, singular if label not in ENTITY_LABELS else None)
         if phrase is None:
             continue
