@@ -424,3 +424,29 @@ def test_a_lone_function_word_is_no_concept_but_a_capitalised_abbreviation_is():
         assert noise not in keys, noise
     assert {"us", "am", "berlin", "gordon flemyng", "us army"} & keys >= {"berlin", "gordon flemyng"}
     assert "us" in keys or "us army" in keys
+
+
+def test_a_documents_title_is_a_concept_of_its_first_unit_so_other_units_naming_it_lead_there():
+    """concepts.document_titles: an article is about its title even where it never writes it
+    whole; with the title as a concept of its first unit, the film's unit that names the
+    director and the director's own article share a concept (spaCy alone found the name in one
+    unit only, below min_frequency: on 2Wiki most missed second hops were such links)."""
+    assert [concepts.title_name(t) for t in ["Palo Alto (2013 film)", "Gia Coppola", "notes-2024", "西游记", "x"]] \
+        == ["Palo Alto", "Gia Coppola", "", "西游记", ""]
+    texts = ["Palo Alto is a 2013 American drama film written and directed by Gia Coppola. It is set in Palo Alto.",
+             'Gian-Carla "Gia" Coppola (born January 1, 1987) is an American film director. She lives in Palo Alto.',
+             "Harbor notes without a name for a title."]
+    units = _units(texts).assign(document_id=["d0", "d1", "d2"])
+    titles = {"d0": "Palo Alto", "d1": "Gia Coppola"}  # d2's title was a file name
+    plain = concept_instances(units, language="en", settings=Settings())
+    found = concepts.with_title_subjects(plain, units, titles)
+    added = found.merge(plain, how="left", indicator=True)
+    added = added[added["_merge"] == "left_only"]
+    # Gia Coppola joins her own article (first sentence); Palo Alto's unit already had its name
+    assert added[["key", "text_unit_id", "sentence"]].values.tolist() == [["gia coppola", "u1", 0]]
+    assert list(found["text_unit_id"]) == sorted(found["text_unit_id"], key=lambda u: int(u[1:]))  # unit order
+    entities, relationships = concept_graph(found, units, settings=Settings())
+    gia = entities[entities["title"] == "Gia Coppola"].iloc[0]
+    assert sorted(gia["text_unit_ids"]) == ["u0", "u1"]
+    before, _ = concept_graph(plain, units, settings=Settings())
+    assert "Gia Coppola" not in set(before["title"])  # one unit only: below min_frequency

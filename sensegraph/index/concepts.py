@@ -63,6 +63,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..config import Settings, SettingsError
@@ -651,6 +652,20 @@ def english_concepts(texts: Iterable[str], *, n_process: int = 1) -> Iterator[li
         yield _english_doc(doc, singular)
 
 
+_DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def title_name(title: str) -> str:
+    """The name a document's title gives what the document is about ("" when it gives none): the
+    title less a trailing "(...)" ("Palo Alto (2013 film)" is "Palo Alto"), when it has a capital
+    or a letter of a script without case (a file name such as "notes-2024" names nothing)."""
+    name = " ".join(_DISAMBIGUATION.sub("", str(title or "")).split())
+    if len(name) < 2 or len(name) > MAX_CHARS or not any(
+            ch.isupper() or (ch.isalpha() and ch.lower() == ch.upper()) for ch in name):
+        return ""
+    return name
+
+
 # -- Chinese ----------------------------------------------------------------------------------
 
 # jieba (ICTCLAS) tags of proper nouns -> the types the English pipeline uses.
@@ -796,6 +811,37 @@ def chinese_concepts(texts: Iterable[str]) -> Iterator[list[_Found]]:
 
 
 # -- the step ---------------------------------------------------------------------------------
+
+def with_title_subjects(instances: pd.DataFrame, units: pd.DataFrame, titles: dict[str, str]) -> pd.DataFrame:
+    """`instances` plus, for each document with a name for a title (`titles`: document id ->
+    name, see title_name), that name as a concept of its first text unit, in its first
+    sentence: an article is about its title even where it never writes it whole ("Gian-Carla
+    "Gia" Coppola (born 1987) is ..." is the article "Gia Coppola"), so a name that other
+    articles write leads to it. A unit that already has the concept gets no second row."""
+    if not titles or not len(units):
+        return instances
+    first = units.drop_duplicates("document_id")  # units are in document order
+    have = set(zip(instances["text_unit_id"].astype(str), instances["key"].astype(str)))
+    sentence0 = instances[instances["sentence"] == 0].drop_duplicates("text_unit_id").set_index("text_unit_id")
+    rows = []
+    for doc, unit, text in zip(first["document_id"].astype(str), first["id"].astype(str), first["text"]):
+        name = titles.get(doc)
+        key = normalize_name(name) if name else ""
+        if not key or (unit, key) in have or not _acceptable(key, len(name.split())):
+            continue
+        end = int(sentence0.at[unit, "sentence_end"]) if unit in sentence0.index else len(str(text or ""))
+        rows.append({"title": name, "key": key, "type": NAME, "text_unit_id": unit, "sentence": 0,
+                     "surface": name, "start": 0, "end": 0, "sentence_start": 0, "sentence_end": end})
+    if not rows:
+        return instances
+    both = pd.concat([instances, pd.DataFrame(rows, columns=instances.columns)], ignore_index=True)
+    position = {u: i for i, u in enumerate(units["id"].astype(str))}
+    order = both["text_unit_id"].astype(str).map(position).to_numpy()
+    both = both.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    for c in ("sentence", "start", "end", "sentence_start", "sentence_end"):
+        both[c] = both[c].astype("int64")
+    return both
+
 
 def concept_instances(units: pd.DataFrame, *, language: str, settings: Settings,
                       n_process: int = 1) -> pd.DataFrame:

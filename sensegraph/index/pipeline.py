@@ -118,7 +118,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
             from .cooccurrence import few_concepts_note
 
             found = await steps.run("concepts", _concepts, writes=CONCEPTS, units=units, language=language,
-                                    libraries=("spacy", SPACY_DISTRIBUTION, "jieba"))
+                                    documents=docs[["id", "title"]], libraries=("spacy", SPACY_DISTRIBUTION, "jieba"))
             elements = (await steps.run("concept_graph", _concept_graph, writes=ELEMENTS, units=units,
                                         language=language, numbering=numbering, **found.tables)).tables
             if note := few_concepts_note(found.tables["concept_instances"], elements["entities"], units,
@@ -307,12 +307,15 @@ async def _extract(*, units: pd.DataFrame, llm: ChatClient, language: str, setti
     return Output(tables, failed=list(fresh.failed), items=len(ids), stats=stats)
 
 
-async def _concepts(*, units: pd.DataFrame, language: str, settings: Settings) -> Output:
+async def _concepts(*, units: pd.DataFrame, documents: pd.DataFrame, language: str, settings: Settings) -> Output:
     from . import concepts
 
     # In a thread: the NLP pipeline holds a core for minutes, while the text-unit embeddings
     # started beside it (embed.EmbeddingRun) can use the other one.
     found = await asyncio.to_thread(concepts.concept_instances, units, language=language, settings=settings)
+    if settings.concepts.document_titles:
+        named = {d: concepts.title_name(t) for d, t in zip(documents["id"].astype(str), documents["title"])}
+        found = concepts.with_title_subjects(found, units, {d: n for d, n in named.items() if n})
     return Output({"concept_instances": found}, stats={"concept_instances": len(found)})
 
 
