@@ -337,6 +337,17 @@ class QuerySettings(_Section):
     walk_confident_seeds: bool = Field(True, description="graph walk: weigh the entities' and the units' share of "
                                        "the restart by how far each group's best match stands out (an off-corpus "
                                        "question seeds weakly)")
+    # HippoRAG 2's query-to-fact linking with sentences as the facts (a lazy index has no
+    # relationship to embed): the sentences of the nearest units that name two of their entities
+    # or more are embedded at the question (cached), and the entities of the best-matching ones
+    # seed the walk with this share, reaching the entity a question does not name ("the director
+    # of film X" -> "X ... directed by Y" -> Y). Measured on 2Wiki (docs/performance.md): 0.5
+    # gained in both halves at 5 and 10 units, 1 only at 10; a new question costs one embedding
+    # call of ~25 sentences more.
+    walk_fact_weight: float = Field(0.5, ge=0, description="graph walk: restart weight of the entities named in "
+                                    "the nearest units' sentences that best match the question (0 = off)")
+    walk_fact_units: int = Field(5, ge=1, description="graph walk: nearest text units whose sentences are "
+                                 "matched to the question")
     text_unit_share: float = Field(0.5, ge=0, le=1, description="local search: share of the context")
     community_share: float = Field(0.15, ge=0, le=1, description="local search: share of the context")
     # 0 = as many as fit the context budget, nearest first (the paper's SS); > 0 caps the count.

@@ -119,7 +119,8 @@ def test_pagerank_equals_the_closed_form_with_a_dangling_seed(tmp_path):
 
 def test_seeds_come_from_names_in_the_question_and_from_embedding_neighbours(tmp_path):
     index = film_index(tmp_path)
-    q = query(tmp_path, index, "Who is the father of the director of film Palo Alto?", top_entities=2)
+    q = query(tmp_path, index, "Who is the father of the director of film Palo Alto?", top_entities=2,
+              walk_fact_weight=0)  # the entities and the units only (facts: below)
     path = asyncio.run(walk(q, q.question))
     assert path.named[0] == "e0"  # PALO ALTO, named; FILM too (a whole-word match of "film")
     assert set(path.named) == {"e0", "e3"}
@@ -174,8 +175,9 @@ def test_confident_seeds_weigh_a_group_by_how_far_its_best_match_stands_out(tmp_
     the restart follows how far their best match stands out, and so does the units' share."""
     index = film_index(tmp_path, distractors=8)
     question = "granddaughter of Carmine"  # names no entity; words of one passage only
-    off = asyncio.run(walk(query(tmp_path, index, question, walk_confident_seeds=False, walk_unit_weight=1), question))
-    sure = asyncio.run(walk(query(tmp_path, index, question, walk_confident_seeds=True, walk_unit_weight=1), question))
+    two = dict(walk_unit_weight=1, walk_fact_weight=0)  # the two groups, no facts
+    off = asyncio.run(walk(query(tmp_path, index, question, walk_confident_seeds=False, **two), question))
+    sure = asyncio.run(walk(query(tmp_path, index, question, walk_confident_seeds=True, **two), question))
     units = set(index.text_units["id"])
 
     def unit_share(w):
@@ -185,8 +187,8 @@ def test_confident_seeds_weigh_a_group_by_how_far_its_best_match_stands_out(tmp_
     assert abs(unit_share(sure) - 0.5) > 0.01  # the groups' shares now differ, as their best matches do
     # a question naming an entity keeps the entities' full share
     named = "Palo Alto"
-    a = asyncio.run(walk(query(tmp_path, index, named, walk_confident_seeds=False), named))
-    b = asyncio.run(walk(query(tmp_path, index, named, walk_confident_seeds=True), named))
+    a = asyncio.run(walk(query(tmp_path, index, named, walk_confident_seeds=False, walk_fact_weight=0), named))
+    b = asyncio.run(walk(query(tmp_path, index, named, walk_confident_seeds=True, walk_fact_weight=0), named))
     assert sum(v for k, v in b.seeds.items() if k not in units) == sum(v for k, v in a.seeds.items() if k not in units)
 
 
@@ -215,3 +217,29 @@ def test_embedding_many_entities_on_first_use_shows_its_progress(tmp_path):
     progress = [line for line in lines if "embedded" in line]
     assert 5 <= len(progress) <= 10 and all(" s left)" in line for line in progress), lines
     assert progress[0].strip().startswith("embedded 24 of 200")  # the first tenth, in whole batches
+
+
+def test_fact_linking_seeds_the_entity_the_best_matching_sentence_names(tmp_path):
+    """walk_fact_weight: the sentences of the nearest units are matched to the question, and the
+    entities they name seed the walk, the bridge the question does not name among them."""
+    index = film_index(tmp_path, distractors=8)
+    question = "Who is the father of the director of film Palo Alto?"
+    off = asyncio.run(walk(query(tmp_path, index, question, top_entities=1, walk_seed_units=1, walk_fact_weight=0),
+                           question))
+    on = asyncio.run(walk(query(tmp_path, index, question, top_entities=1, walk_seed_units=1,
+                                walk_fact_weight=1.0, walk_fact_units=2), question))
+    assert "e1" not in off.seeds  # GIA COPPOLA: not named, not the nearest entity
+    assert on.seeds["e1"] > 0  # named in "Palo Alto is a 2013 film directed by Gia Coppola."
+    # the seeds of the other groups are those of the walk without facts
+    assert {k: v for k, v in on.seeds.items() if k != "e1"}.keys() >= off.seeds.keys()
+    assert on.unit_ids().index("u_director") <= off.unit_ids().index("u_director")
+
+
+def test_fact_linking_finds_nothing_in_units_that_name_no_entity(tmp_path):
+    entities = [("ALPHA", "a thing", ["u2"])]
+    units = [("u1", "Nothing here names anything. Still nothing."), ("u2", "Alpha is here.")]
+    index = graph_index(tmp_path, entities, [], units)
+    question = "nothing here"
+    on = asyncio.run(walk(query(tmp_path, index, question, walk_fact_weight=1.0, walk_fact_units=1), question))
+    off = asyncio.run(walk(query(tmp_path, index, question, walk_fact_weight=0), question))
+    assert on.seeds == off.seeds  # the nearest unit's sentences name no entity: no fact seeds

@@ -41,6 +41,12 @@ def _occurs(name: str, text: str) -> bool:
     return False
 
 
+def named_in(titles: list[str], text: str) -> list[int]:
+    """Positions of the `titles` that occur in `text` as whole names."""
+    folded = _fold(text)
+    return [i for i, title in enumerate(titles) if len(name := _fold(str(title))) >= 2 and _occurs(name, folded)]
+
+
 def named_entities(entities: pd.DataFrame, text: str) -> list[str]:
     """Ids of the entities whose name occurs in `text` as a whole name, longest names first."""
     folded = _fold(text)
