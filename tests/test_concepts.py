@@ -431,8 +431,10 @@ def test_a_documents_title_is_a_concept_of_its_first_unit_so_other_units_naming_
     whole; with the title as a concept of its first unit, the film's unit that names the
     director and the director's own article share a concept (spaCy alone found the name in one
     unit only, below min_frequency: on 2Wiki most missed second hops were such links)."""
-    assert [concepts.title_name(t) for t in ["Palo Alto (2013 film)", "Gia Coppola", "notes-2024", "西游记", "x"]] \
-        == ["Palo Alto", "Gia Coppola", "", "西游记", ""]
+    assert [concepts.title_name(t) for t in ["Palo Alto (2013 film)", "Gia Coppola", "notes-2024", "西游记", "x",
+                                             "Behind the Tech_Episode 29-part1.txt", "Notes/Harbor.md",
+                                             "Rows.jsonl#3", "Back in the U.S.A."]] \
+        == ["Palo Alto", "Gia Coppola", "", "西游记", "", "", "", "", "Back in the U.S.A."]
     texts = ["Palo Alto is a 2013 American drama film written and directed by Gia Coppola. It is set in Palo Alto.",
              'Gian-Carla "Gia" Coppola (born January 1, 1987) is an American film director. She lives in Palo Alto.',
              "Harbor notes without a name for a title."]

@@ -653,14 +653,18 @@ def english_concepts(texts: Iterable[str], *, n_process: int = 1) -> Iterator[li
 
 
 _DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
+# A document read from a file without a title field is titled by its path ("notes/a.txt",
+# "rows.jsonl#3"): a file name, not a name the text could use.
+_FILE_NAME = re.compile(r"[/\\]|\.(txt|md|markdown|csv|tsv|json|jsonl)(#\S*)?$", re.IGNORECASE)
 
 
 def title_name(title: str) -> str:
     """The name a document's title gives what the document is about ("" when it gives none): the
     title less a trailing "(...)" ("Palo Alto (2013 film)" is "Palo Alto"), when it has a capital
-    or a letter of a script without case (a file name such as "notes-2024" names nothing)."""
+    or a letter of a script without case, and is not a file's name ("Behind the Tech_Episode
+    29-part1.txt" names nothing)."""
     name = " ".join(_DISAMBIGUATION.sub("", str(title or "")).split())
-    if len(name) < 2 or len(name) > MAX_CHARS or not any(
+    if _FILE_NAME.search(name) or len(name) < 2 or len(name) > MAX_CHARS or not any(
             ch.isupper() or (ch.isalpha() and ch.lower() == ch.upper()) for ch in name):
         return ""
     return name
