@@ -152,6 +152,9 @@ def main() -> None:
                     help="a folder with corpus.jsonl holding every gold passage of the 50 questions, e.g. "
                          "../shared/data/2wiki-corpus (6,119 passages); default 2wiki-dev (328)")
     ap.add_argument("--limit", type=int, default=None, help="the first N questions (and a corpus cut to match)")
+    ap.add_argument("--questions", default=str(DATA / "questions.json"),
+                    help="questions.json (question, supporting_titles, multihop), e.g. held-out ones from "
+                         "bench/twohop_questions.py")
     ap.add_argument("--size", choices=["1.5b", "0.5b"], default="1.5b", help="the embedded chat model")
     ap.add_argument("--gleanings", type=int, default=None, help="extraction.max_gleanings (default: the setting's)")
     ap.add_argument("--max-items", type=int, default=None,
@@ -166,7 +169,7 @@ def main() -> None:
     ap.add_argument("--dump", default=None, help="write each method's units per question (titles) to this JSON file")
     args = ap.parse_args()
     ks = [int(k) for k in args.k.split(",")]
-    questions = json.loads((DATA / "questions.json").read_text())[: args.limit]
+    questions = json.loads(Path(args.questions).read_text())[: args.limit]
     settings = project(args, questions)
     t0, c0 = time.perf_counter(), time.process_time()
     result = asyncio.run(run_index(settings, log=lambda m: None))
