@@ -49,10 +49,6 @@ def named_in(titles: list[str], text: str) -> list[int]:
 
 def named_entities(entities: pd.DataFrame, text: str) -> list[str]:
     """Ids of the entities whose name occurs in `text` as a whole name, longest names first."""
-    folded = _fold(text)
-    named = []
-    for eid, title in zip(entities["id"].tolist(), entities["title"].tolist()):
-        name = _fold(str(title))
-        if len(name) >= 2 and _occurs(name, folded):
-            named.append((len(name), eid))
+    ids, titles = entities["id"].tolist(), entities["title"].tolist()
+    named = [(len(_fold(str(titles[i]))), ids[i]) for i in named_in(titles, text)]
     return [eid for _, eid in sorted(named, reverse=True)]  # "Alex Mercer" before "Alex"
