@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 
 import pytest
 from pydantic import BaseModel
@@ -149,6 +150,43 @@ def test_two_processes_share_the_cache(tmp_path):
     cache = Cache(path)
     assert len(cache) == 3 * n
     assert all(cache.get_json(f"w{w}-{i}") == {"worker": w, "i": i} for w in (0, 1) for i in range(n))
+
+
+def _opener(path: str, start: float, queue) -> None:
+    """Child process: open the cache the moment the others do, write one key."""
+    import time
+
+    while time.time() < start:
+        pass
+    try:
+        cache = Cache(path)
+        cache.put_json(f"k{os.getpid()}", 1)
+        cache.close()
+        queue.put("ok")
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        queue.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_a_new_cache_together_all_succeed(tmp_path):
+    # Two runs started together on a new project both switch the new file to WAL; SQLite
+    # refused the loser at once with "database is locked" (CI failure of stop 38).
+    import time
+
+    ctx = multiprocessing.get_context("fork")
+    errors = []
+    for round_ in range(15):
+        path = str(tmp_path / f"r{round_}" / "llm.sqlite")
+        queue = ctx.Queue()
+        start = time.time() + 0.3
+        procs = [ctx.Process(target=_opener, args=(path, start, queue)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        errors += [r for r in (queue.get(timeout=120) for _ in procs) if r != "ok"]
+        for p in procs:
+            p.join(timeout=30)
+        if not errors:
+            assert len(Cache(path)) == 6  # every process wrote its key
+    assert errors == []
 
 
 def test_extra_body_is_sent_and_is_part_of_the_cache_key(tmp_path):

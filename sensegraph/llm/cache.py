@@ -10,6 +10,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,25 @@ class Cache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._wal(deadline=time.monotonic() + 60)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+
+    def _wal(self, deadline: float) -> None:
+        # Switching a fresh file to WAL takes an exclusive lock, and SQLite answers "database is
+        # locked" at once, without its busy handler, when another process is opening the same
+        # new file (two runs started together on one project). Once one has switched, the mode
+        # is stored in the file and the others read it; so wait and ask again.
+        pause = 0.005
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
     def get(self, key: str) -> bytes | None:
         with self._lock:
