@@ -11,8 +11,16 @@ With --ray, it also starts a local Ray cluster (a head node and three worker nod
 each, with `ray start`) and sends the same calls over all 4 endpoints through 1, 2 and 4 Ray
 workers (sensegraph/llm/ray_workers.py), the way `sensegraph index --ray` makes them.
 
+With --ray-data, extraction itself runs as `sensegraph index --ray ADDRESS --ray-data` runs it
+(sensegraph/index/ray_data.py): --units text units in partitions extracted by 1, 2 and 4 Ray
+Data actors on the same local cluster, against extract_graph in this process. Printed: requests
+per second, the driver's CPU per call (this process's CPU time over the step: with Ray Data it
+only sends partitions and merges tables) and its peak RSS; then a projection for 100M and 1B
+tokens from the measured per-call and per-unit figures.
+
     python bench/scale_out.py                 # 400 calls per configuration
     python bench/scale_out.py --calls 800 --concurrency 12 --ray
+    python bench/scale_out.py --ray-data --units 400
 """
 from __future__ import annotations
 
@@ -77,6 +85,48 @@ async def run(urls: list[str], calls: int, concurrency: int, ray_address: str | 
     return calls / seconds, report
 
 
+def extraction_settings(urls: list[str], concurrency: int, root: str, address: str | None,
+                        workers: int) -> Settings:
+    chat = chat_settings(urls, concurrency)
+    return Settings(root=root, chat=chat, cache={"enabled": False},
+                    embedding=EmbeddingSettings(provider="openai", model="mock", api_key="k", base_url=urls[0]),
+                    ray={"address": address, "data": bool(address), "workers": workers,
+                         "data_path": os.path.join(root, f"ray-data-{workers}")})
+
+
+def extract_once(urls: list[str], units: int, concurrency: int, address: str | None = None,
+                 workers: int = 0) -> dict[str, float]:
+    """One extraction of `units` text units: requests/s, driver CPU ms per call, peak RSS MB."""
+    import resource
+    import tempfile
+
+    import pandas as pd
+
+    from sensegraph.index import extract, ray_data
+    from sensegraph.llm import Usage
+
+    table = pd.DataFrame({"id": [f"u{i}" for i in range(units)], "text": [f"{PROMPT}\nunit {i}" for i in range(units)]})
+    with tempfile.TemporaryDirectory(prefix="sensegraph-scale-") as root:
+        settings = extraction_settings(urls, concurrency, root, address, workers)
+        usage = Usage()
+        cpu, t0 = time.process_time(), time.perf_counter()
+        if address:
+            result, _ = ray_data.extract_on_ray(table, settings=settings, language="en", usage=usage)
+        else:
+            async def alone() -> extract.ExtractionResult:
+                client = ChatClient(settings.chat, cache=None, usage=usage)
+                try:
+                    return await extract.extract_graph(table, client, settings=settings, language="en")
+                finally:
+                    await client.aclose()
+            result = asyncio.run(alone())
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
+    assert not result.failed, result.failed[:5]
+    calls = usage.total().calls
+    return {"calls": calls, "rate": calls / seconds, "cpu_ms": 1000 * cpu / max(calls, 1),
+            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "seconds": seconds}
+
+
 @contextmanager
 def local_cluster(nodes: int):
     """A head node and nodes-1 worker nodes on this machine, one CPU each, stopped at the end."""
@@ -100,7 +150,12 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--concurrency", type=int, default=BATCH_LIMIT, help="requests in flight per endpoint")
     ap.add_argument("--ray", action="store_true", help="also through 1, 2 and 4 Ray workers on a local cluster")
+    ap.add_argument("--ray-data", action="store_true",
+                    help="extraction as a Ray Data pipeline with 1, 2 and 4 actors, against one process")
+    ap.add_argument("--units", type=int, default=400, help="text units extracted per configuration (--ray-data)")
     args = ap.parse_args()
+    if args.ray_data:
+        return ray_data_table(args.units, args.concurrency)
     with ExitStack() as stack:
         servers = [stack.enter_context(mock_server_process(LATENCY, "--batch-limit", str(BATCH_LIMIT)))
                    for _ in range(4)]
@@ -122,6 +177,38 @@ def main() -> None:
                     rate, report = asyncio.run(run(urls, args.calls, args.concurrency, address, n))
                     spread = ", ".join(str(e["requests"]) for e in report.values())
                     print(f"{n:>10}{rate:>12.1f}{ideal:>8.1f}{rate / ideal:>8.2f}   {spread}")
+
+
+def ray_data_table(units: int, concurrency: int) -> None:
+    with ExitStack() as stack:
+        servers = [stack.enter_context(mock_server_process(LATENCY, "--batch-limit", str(BATCH_LIMIT)))
+                   for _ in range(4)]
+        urls = [s.base_url for s in servers]
+        ideal = len(urls) * BATCH_LIMIT / LATENCY
+        print(f"extraction of {units} text units over {len(urls)} mock endpoints ({BATCH_LIMIT} at once, "
+              f"{LATENCY * 1000:.0f} ms; ideal {ideal:.1f} requests/s)")
+        print(f"{'mode':>22}{'calls':>7}{'requests/s':>12}{'share':>7}{'driver CPU ms/call':>20}{'peak RSS MB':>13}")
+        rows = [("one process", extract_once(urls, units, concurrency))]
+        with local_cluster(4) as address:
+            import ray
+
+            from sensegraph.llm.ray_workers import _connect
+            _connect(ray, address)
+            for n in (1, 2, 4):
+                rows.append((f"Ray Data, {n} actor{'s' * (n > 1)}", extract_once(urls, units, concurrency, address, n)))
+            ray.shutdown()
+        for name, r in rows:
+            print(f"{name:>22}{r['calls']:>7}{r['rate']:>12.1f}{r['rate'] / ideal:>7.2f}{r['cpu_ms']:>20.3f}"
+                  f"{r['rss_mb']:>13.0f}")
+        best = rows[-1][1]
+        tokens_per_unit = 600  # a default text unit
+        print("\nprojection (calls as measured per unit; driver CPU at the 4-actor figure):")
+        for total in (100e6, 1e9):
+            n_units = total / tokens_per_unit
+            calls = n_units * best["calls"] / units
+            print(f"  {total / 1e6:>6.0f}M tokens: {n_units:,.0f} units, {calls:,.0f} calls, driver CPU "
+                  f"{calls * best['cpu_ms'] / 1000 / 3600:.2f} h; one driver could feed "
+                  f"{1000 / max(best['cpu_ms'], 1e-6):,.0f} calls/s")
 
 
 if __name__ == "__main__":

@@ -371,6 +371,14 @@ class RaySettings(_Section):
     # started on this machine (or RAY_ADDRESS); HOST:6379 or ray://HOST:10001 for another.
     address: str | None = None
     workers: int = Field(0, ge=0, description="workers making the calls, spread over the nodes (0 = one per node)")
+    # Extraction as a Ray Data pipeline (index/ray_data.py): the workers render, call, check and
+    # parse, and write finished partitions where every node can read them; the driver merges.
+    data: bool = False
+    data_path: str | None = Field(None, description="folder every node can read and write for the partitions and "
+                                                    "the workers' answer caches (default: <cache.dir>/ray-data; "
+                                                    "a cluster needs a shared filesystem path)")
+    partition_units: int = Field(32, ge=1, description="text units per partition (a checkpoint, and the most a "
+                                                       "lost worker makes the run ask again)")
 
 
 class Settings(_Section):
@@ -396,6 +404,16 @@ class Settings(_Section):
     output_dir: str = "output"
     # Set by load_settings, not by the user: the project folder every relative path hangs off.
     root: str = "."
+
+    @model_validator(mode="after")
+    def _ray_data(self) -> "Settings":
+        if self.ray.data and not self.ray.address:
+            raise ValueError("ray.data (--ray-data) needs a cluster: give --ray ADDRESS (or ray.address)")
+        if self.ray.data and (self.chat.budget_tokens or self.chat.budget_cost):
+            # The workers spend; the driver learns of it only as partitions finish.
+            raise ValueError("a spending budget (--budget-tokens / --budget-cost, chat.budget_*) is not kept "
+                             "with ray.data: drop one of them")
+        return self
 
     def small_chat_model(self) -> tuple[bool, str]:
         """Whether the chat model is small (the checks of small models apply), and why."""

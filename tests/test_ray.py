@@ -87,6 +87,50 @@ def test_an_index_on_a_ray_cluster_equals_the_single_process_index(cluster, tmp_
         assert c.stats["requests"] == 0 and not again.failures
 
 
+def test_a_ray_data_extraction_equals_the_single_process_index_and_reruns_from_its_partitions(cluster, tmp_path):
+    shared = tmp_path / "partitions"  # the folder every node reaches (one machine: any local folder)
+    data = {"address": cluster, "data": True, "data_path": str(shared), "partition_units": 2}
+    with start_mock_server() as a, start_mock_server() as b:
+        alone = project(tmp_path / "alone", [a.base_url, b.base_url])
+        asyncio.run(run_index(alone, log=lambda m: None))
+        result = asyncio.run(run_index(project(tmp_path / "ray", [a.base_url, b.base_url], ray=data),
+                                       log=lambda m: None))
+    assert not result.failures
+    assert snapshot(tmp_path / "alone" / "output") == snapshot(tmp_path / "ray" / "output")
+    stats = json.loads((tmp_path / "ray" / "output" / "stats.json").read_text())
+    extract = stats["steps"]["extract"]
+    units = len(result.tables["text_units"])
+    assert extract["ray_data"] == {"partitions": -(-units // 2), "partitions_reused": 0}
+    assert stats["llm"]["extract"]["calls"] >= units  # the workers' calls are counted by the driver
+    finished = sorted(shared.glob("extract/*/done.json"))
+    assert len(finished) == extract["ray_data"]["partitions"]
+    # an answer cache per node that ran an actor (Ray Data spreads them, best effort)
+    caches = [p.stem for p in shared.glob("answers/*.sqlite")]
+    assert 1 <= len(caches) <= 2 and all(len(c) == 56 and int(c, 16) for c in caches)  # Ray node ids
+
+    # The index lost (a new project on the same documents), and one partition lost with it:
+    # the others are read, not asked again, and only the lost one is extracted.
+    finished[0].unlink()
+    with start_mock_server() as c:
+        again = asyncio.run(run_index(project(tmp_path / "again", [c.base_url], ray=data), log=lambda m: None))
+    assert not again.failures
+    assert snapshot(tmp_path / "again" / "output") == snapshot(tmp_path / "alone" / "output")
+    stats = json.loads((tmp_path / "again" / "output" / "stats.json").read_text())
+    assert stats["steps"]["extract"]["ray_data"]["partitions_reused"] == extract["ray_data"]["partitions"] - 1
+    lost = stats["llm"]["extract"]
+    assert 0 < lost["calls"] + lost["cache_hits"] <= 2 * (1 + alone.extraction.max_gleanings) * 2
+
+
+def test_ray_data_without_a_cluster_or_with_a_budget_is_refused_with_what_to_do(tmp_path):
+    from sensegraph.config import SettingsError
+
+    with pytest.raises(SettingsError, match="--ray ADDRESS"):
+        load_settings(tmp_path, overrides={"ray": {"data": True}}, env={})
+    with pytest.raises(SettingsError, match="budget"):
+        load_settings(tmp_path, overrides={"ray": {"data": True, "address": "auto"},
+                                           "chat": {"budget_tokens": 1000}}, env={})
+
+
 def test_a_worker_killed_mid_step_costs_no_item(cluster, tmp_path):
     with start_mock_server(latency=0.3) as a, start_mock_server(latency=0.3) as b:
         settings = project(tmp_path, [a.base_url, b.base_url], ray={"address": cluster})

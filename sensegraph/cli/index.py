@@ -31,9 +31,15 @@ from .common import (BUDGET_EXIT, ROOT_OPTION, budget_options, budget_overrides,
               help="Make the LLM calls on a running Ray cluster: 'auto' for the one `ray start` began on this "
                    "machine, or HOST:6379. Needs `pip install 'sensegraph[ray]'` and provider openai endpoints "
                    "the nodes can reach. Default: ray.address in settings.yaml (none: no Ray).")
+@click.option("--ray-data", "ray_data", is_flag=True, default=None,
+              help="With --ray: extraction as a Ray Data pipeline. The workers render the prompts, call, check "
+                   "and parse, and write each finished partition of text units (ray.data_path, a folder every "
+                   "node can reach); the driver only merges, and a rerun skips finished partitions. Default: "
+                   "ray.data in settings.yaml.")
 @budget_options
 def index_command(root: str, dry_run: bool, no_cache: bool, allow_partial: bool, method: str | None,
-                  ray_address: str | None, budget_tokens: int | None, budget_cost: float | None) -> None:
+                  ray_address: str | None, ray_data: bool | None, budget_tokens: int | None,
+                  budget_cost: float | None) -> None:
     """Build the graph index from the documents in input/ into output/.
 
     Steps: documents -> text units -> entities, relationships (and claims) with gleaning ->
@@ -57,7 +63,9 @@ def index_command(root: str, dry_run: bool, no_cache: bool, allow_partial: bool,
     """
     settings = settings_for(root, **budget_overrides(budget_tokens, budget_cost),
                             **({"index_method": method} if method else {}),
-                            **({"ray": {"address": ray_address}} if ray_address else {}))
+                            **({"ray": {**({"address": ray_address} if ray_address else {}),
+                                        **({"data": True} if ray_data else {})}}
+                               if ray_address or ray_data else {}))
     if dry_run:
         from ..index.concepts import ConceptError
         from ..index.estimate import estimate_index

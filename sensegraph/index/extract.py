@@ -474,8 +474,17 @@ class _Rows:
         return table.drop(["_position"]).to_pandas()
 
 
+def extraction_prompts(settings: Settings, language: str) -> dict[str, str]:
+    """The prompts extraction reads (the project's own where it has them)."""
+    names = ["extract_graph", "examples_graph", "glean_check", "glean_continue"]
+    if settings.extraction.claims:
+        names.append("extract_claims")
+    return {n: load_prompt(n, language, settings.root) for n in names}
+
+
 async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: Settings, language: str,
-                        advance: Callable[[int], None] | None = None) -> ExtractionResult:
+                        advance: Callable[[int], None] | None = None,
+                        prompts: dict[str, str] | None = None) -> ExtractionResult:
     """Entity, relationship (and, if configured, claim) instances of every text unit.
 
     `text_units` needs `id` and `text`. Rows come out in text-unit order, then gleaning round,
@@ -493,10 +502,9 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
     At most `windows.window_of(llm)` units are in progress at once (a few per request slot),
     and a finished unit's records are kept as Arrow columns: memory does not grow with the
     number of units beyond the records themselves."""
-    names = ["extract_graph", "examples_graph", "glean_check", "glean_continue"]
-    if settings.extraction.claims:
-        names.append("extract_claims")
-    prompts = {n: load_prompt(n, language, settings.root) for n in names}
+    # (`prompts` as extraction_prompts gives them: a Ray Data worker gets them from the driver,
+    # which may see a project folder the worker's node does not.)
+    prompts = prompts if prompts is not None else extraction_prompts(settings, language)
     ex = settings.extraction
     schema = graph_schema(ex.entity_types, ex.max_entities, ex.max_relationships)
     map_type = type_mapper(ex.entity_types)

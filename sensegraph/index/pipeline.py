@@ -24,8 +24,8 @@ from ..config import Settings
 from ..language import language_note, resolve_language
 from ..llm import ChatClient, StepUsage, Usage, open_cache, open_chat, open_embedder
 from ..store.tables import TABLES, write_json_atomic, write_table
-from . import (community_reports, communities, documents, embed, extract, missed_names, resolve, summarize,
-               text_units)
+from . import (community_reports, communities, documents, embed, extract, missed_names, ray_data, resolve,
+               summarize, text_units)
 from .cooccurrence_edges import cooccurrence_edges
 from .numbering import WORK_DIR, Numbering
 from .steps import Output, Steps
@@ -286,7 +286,12 @@ async def _extract(*, units: pd.DataFrame, llm: ChatClient, language: str, setti
     todo = units[[i not in done for i in ids]] if done else units  # (no copy of the texts on a first run)
     if done:
         advance(len(done))
-    fresh = await extract.extract_graph(todo, llm, settings=settings, language=language, advance=advance)
+    ray_figures: dict[str, Any] = {}
+    if ray_data.enabled(settings):  # the workers extract and write partitions; this merges them
+        fresh, ray_figures = await asyncio.to_thread(ray_data.extract_on_ray, todo, settings=settings,
+                                                     language=language, advance=advance, usage=llm.usage)
+    else:
+        fresh = await extract.extract_graph(todo, llm, settings=settings, language=language, advance=advance)
     fresh = await missed_names.add_missed_names(fresh, todo, settings=settings, language=language)
     tables = {"extracted_units": pd.DataFrame({"id": [i for i in ids if i in done or i not in fresh.failed]})}
     position = {u: n for n, u in enumerate(ids)}
@@ -302,7 +307,7 @@ async def _extract(*, units: pd.DataFrame, llm: ChatClient, language: str, setti
         order = both["text_unit_id"].astype(str).map(position)
         tables[name] = both.iloc[order.argsort(kind="stable")].reset_index(drop=True)[new.columns]
     stats = {**fresh.stats, "units": len(ids), "reused_units": len(done), "extracted_units": len(todo),
-             "reused": previous is not None,
+             "reused": previous is not None, **({"ray_data": ray_figures} if ray_figures else {}),
              **{n: len(tables[n]) for n in ("entity_instances", "relationship_instances", "claim_instances")}}
     return Output(tables, failed=list(fresh.failed), items=len(ids), stats=stats)
 

@@ -1,0 +1,242 @@
+"""Extraction as a Ray Data pipeline (`sensegraph index --ray ADDRESS --ray-data`): the workers
+do the per-item work, the driver only merges.
+
+With `--ray` alone the driver builds every prompt, checks the cache, parses every answer and
+sends only the HTTP request to a worker (llm/ray_workers.py): one driver core caps the run near
+200-300 calls/s. Here the extraction step, the largest LLM step, is a `ray.data` dataset of
+partitions (consecutive runs of `ray.partition_units` text units) mapped by a pool of actors.
+Each actor owns a chat client with its own answer cache and the outage model of endpoints.py
+(one process's), renders the prompts, makes and checks the calls exactly as a single process
+does (extract.extract_graph on the partition's units), writes the partition's instance tables
+as parquet and hands the driver back one row: the partition, its failed units, its counts and
+its usage. The driver then reads the partitions' tables in order and concatenates them.
+
+Checkpoints, and where the answers live (the choice the design had to make):
+- A finished partition is a folder `<ray.data_path>/extract/<key>/` (parquet files, then
+  `done.json` written last). `<key>` hashes the partition's unit ids and texts with everything
+  that decides its answers (the code, the extraction and chat settings, the model, the
+  language, the prompts), so a rerun skips every partition whose folder is complete and
+  nothing it reads has changed; a changed setting gives new keys, never a stale partition.
+- The partitions carry the answers that matter: a node lost after a partition finished costs
+  nothing, whoever reads it next. The answer cache is per node
+  (`<data_path>/answers/<node id>.sqlite`), because SQLite's WAL needs every process of a file on
+  one host and a shared filesystem does not give that; a partition cut short by a dead worker
+  is redone, its finished calls from that node's cache when it runs there again, else asked
+  again: at most one partition per worker is ever asked twice.
+- `ray.data_path` must be a folder every node can read and write: the default (the project's
+  cache folder) is right for one machine; a cluster needs a shared filesystem path.
+
+What is the same as a single process: the tables. Extraction of a unit reads only that unit,
+rows come out in unit order, and a partition is a run of consecutive units, so concatenating
+the partitions in order gives the single-process tables (tests/test_ray.py checks it on a real
+local cluster). The spaCy pass that adds missed names, and everything after extraction, stays on
+the driver.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..config import Settings
+from ..llm import Cache, open_chat
+from ..llm.usage import StepUsage, Usage
+from ..store.tables import read_table, write_json_atomic, write_table
+from . import extract
+from .steps import code_fingerprint, table_fingerprint
+
+INSTANCES = ("entity_instances", "relationship_instances", "claim_instances")
+DONE = "done.json"
+
+
+def enabled(settings: Settings) -> bool:
+    """Whether extraction runs as a Ray Data pipeline (read without recording: see extract_on_ray)."""
+    ray = _raw_settings(settings).ray
+    return bool(ray.address and ray.data)
+
+
+def data_path(settings: Settings) -> Path:
+    """Where partitions and the workers' answer caches go."""
+    return settings.path(settings.ray.data_path or os.path.join(settings.cache.dir, "ray-data"))
+
+
+def extraction_fingerprint(settings: Settings, language: str, prompts: dict[str, str]) -> str:
+    """Everything besides its units that decides a partition's tables. Read through the step's
+    settings recorder, the sections read here become part of the step's own fingerprint too
+    (the workers' reads happen in other processes, where no recorder sees them)."""
+    blob = json.dumps({
+        "code": code_fingerprint(), "language": language, "prompts": prompts,
+        "extraction": settings.extraction.model_dump(mode="json"),
+        "chat": {k: v for k, v in settings.chat.model_dump(mode="json").items()
+                 if k in ("provider", "model", "temperature", "structured_output", "extra_body", "api_version")},
+        "endpoint_models": [e.model for e in (settings.chat.endpoints or []) if e.model],
+        "local": settings.local.size if settings.chat.provider == "local" else None,
+    }, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def partition_key(fingerprint: str, units: pd.DataFrame) -> str:
+    h = hashlib.sha256(fingerprint.encode())
+    h.update(table_fingerprint(units[["id", "text"]].astype(str).reset_index(drop=True)).encode())
+    return h.hexdigest()[:32]
+
+
+def _finished(folder: Path) -> dict[str, Any] | None:
+    """The partition's record if it is complete and lost no unit (a partition with failed units
+    is asked again: its finished calls come from the node's cache)."""
+    try:
+        done = json.loads((folder / DONE).read_text())
+    except (OSError, ValueError):
+        return None
+    return done if not done.get("failed") else None
+
+
+class Extractor:
+    """A Ray Data actor: extracts whole partitions (one row each: key, ids, texts)."""
+
+    def __init__(self, settings_json: str, language: str, prompts: dict[str, str], root: str):
+        import ray
+
+        self.settings = Settings.model_validate_json(settings_json)
+        self.language, self.prompts, self.root = language, prompts, Path(root)
+        node = ray.get_runtime_context().get_node_id()
+        self.cache = Cache(self.root / "answers" / f"{node}.sqlite")
+        self.loop = asyncio.new_event_loop()
+        # One client for the actor's life, so that an endpoint found out stays out for the
+        # next partition too (endpoints.py); its usage is swapped per partition.
+        self.llm = open_chat(self.settings, cache=self.cache)
+
+    def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame([self._partition(row.key, list(row.ids), list(row.texts)) for row in batch.itertuples()])
+
+    def _partition(self, key: str, ids: list[str], texts: list[str]) -> dict[str, Any]:
+        s = self.settings
+        usage = Usage(s.chat.price_per_1k_prompt, s.chat.price_per_1k_completion)
+        usage.pools = self.llm.usage.pools
+        self.llm.usage = usage
+        units = pd.DataFrame({"id": ids, "text": texts})
+        result = self.loop.run_until_complete(
+            extract.extract_graph(units, self.llm, settings=s, language=self.language, prompts=self.prompts))
+        # Written beside the final folder and renamed into place: a reader sees a partition
+        # whole or not at all, and a worker killed while writing leaves only a stray folder.
+        final = self.root / "extract" / key
+        scratch = final.with_name(f"{key}.{uuid.uuid4().hex[:8]}.tmp")
+        scratch.mkdir(parents=True)
+        for name, table in zip(INSTANCES, (result.entities, result.relationships, result.claims)):
+            write_table(table, scratch, name)
+        record = {"units": len(ids), "failed": result.failed, "stats": result.stats,
+                  "self_loops": result.self_loops, "empty_names": result.empty_names,
+                  "usage": {n: dataclasses.asdict(u) for n, u in usage.steps.items()}}
+        write_json_atomic(scratch / DONE, record)
+        if final.exists():  # an earlier attempt that lost units, or a twin of this partition
+            shutil.rmtree(final, ignore_errors=True)
+        os.replace(scratch, final)
+        return {"key": key, "record": json.dumps(record)}
+
+
+def extract_on_ray(units: pd.DataFrame, *, settings: Settings, language: str,
+                   advance: Callable[[int], None] | None = None,
+                   usage: Usage | None = None) -> tuple[extract.ExtractionResult, dict[str, int]]:
+    """extract.extract_graph's result for `units`, computed by a pool of Ray Data actors on the
+    cluster `ray.init` connected to (partitions already finished are read, not recomputed), and
+    figures for stats.json. The workers' usage is added to `usage`."""
+    import ray
+
+    prompts = extract.extraction_prompts(settings, language)
+    fingerprint = extraction_fingerprint(settings, language, prompts)
+    # The ray section is read from the settings themselves, not through the step's recorder:
+    # how the work is spread must not rerun a step whose tables it does not change.
+    ray_settings = _raw_settings(settings).ray
+    root = data_path(_raw_settings(settings))
+    size = ray_settings.partition_units
+    parts = [units.iloc[a:a + size] for a in range(0, len(units), size)]
+    keys = [partition_key(fingerprint, p) for p in parts]
+    records: dict[str, dict[str, Any]] = {}
+    for key, part in zip(keys, parts):
+        if (done := _finished(root / "extract" / key)) is not None:
+            records[key] = done
+            if advance:
+                advance(len(part))
+    todo = [(k, p) for k, p in zip(keys, parts) if k not in records]
+    if todo:
+        raw = _raw_settings(settings)
+        context = ray.data.DataContext.get_current()
+        # The run's own progress bar counts the units; Ray Data's bars and banners would print
+        # over it.
+        context.enable_progress_bars = context.print_on_execution_start = False
+        # Ray Data's usage telemetry asks a Prometheus server at localhost:9090 after each
+        # execution (timeouts where none runs) and reports usage: neither for an offline tool.
+        os.environ.setdefault("RAY_DATA_USAGE_DISABLED", "1")
+        workers = min(len(todo), ray_settings.workers or max(1, len([n for n in ray.nodes() if n.get("Alive")])))
+        ds = ray.data.from_items([{"key": k, "ids": [str(i) for i in p["id"]], "texts": [str(t) for t in p["text"]]}
+                                  for k, p in todo], override_num_blocks=len(todo))
+        # num_cpus=0: an actor mostly waits on servers. (Ray Data spreads actors over the nodes
+        # by default, best effort.)
+        out = ds.map_batches(Extractor, batch_size=1, batch_format="pandas", num_cpus=0,
+                             compute=ray.data.ActorPoolStrategy(size=workers),
+                             fn_constructor_kwargs={"settings_json": raw.model_dump_json(), "language": language,
+                                                    "prompts": prompts, "root": str(root)})
+        with _quiet("ray.data"):
+            for row in out.iter_rows():
+                _record(json.loads(row["record"]), row["key"], records, advance, usage)
+    return _merged(root, keys, records), {"partitions": len(parts), "partitions_reused": len(parts) - len(todo)}
+
+
+def _record(record: dict[str, Any], key: str, records: dict[str, dict[str, Any]],
+            advance: Callable[[int], None] | None, usage: Usage | None) -> None:
+    """A finished partition as it arrives: kept, counted on the progress bar, its usage added."""
+    records[key] = record
+    if advance:
+        advance(record["units"])
+    if usage is not None:
+        for step, figures in record["usage"].items():
+            usage.step(step).add(StepUsage(**figures))
+            usage.chat_prompt_tokens += figures["prompt_tokens"]
+            usage.chat_completion_tokens += figures["completion_tokens"]
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """A library logger at ERROR for a while: Ray Data logs each execution's start, end and
+    settings at INFO/WARNING, which would print over the run's own progress bar."""
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+def _merged(root: Path, keys: list[str], records: dict[str, dict[str, Any]]) -> extract.ExtractionResult:
+    tables = {n: [read_table(root / "extract" / k, n) for k in keys] for n in INSTANCES}
+    stats: dict[str, int] = {}
+    for k in keys:
+        for name, value in records[k]["stats"].items():
+            stats[name] = stats.get(name, 0) + value
+
+    def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        kept = [f for f in frames if not f.empty]
+        return pd.concat(kept, ignore_index=True) if kept else frames[0]
+    return extract.ExtractionResult(
+        entities=concat(tables["entity_instances"]), relationships=concat(tables["relationship_instances"]),
+        claims=concat(tables["claim_instances"]),
+        failed=[u for k in keys for u in records[k]["failed"]],
+        self_loops=sum(records[k]["self_loops"] for k in keys),
+        empty_names=sum(records[k]["empty_names"] for k in keys), stats=stats)
+
+
+def _raw_settings(settings: Any) -> Settings:
+    """The Settings behind a step's settings recorder (the workers need the model itself)."""
+    return settings._model if hasattr(settings, "reads") else settings
