@@ -121,6 +121,48 @@ def test_a_ray_data_extraction_equals_the_single_process_index_and_reruns_from_i
     assert 0 < lost["calls"] + lost["cache_hits"] <= 2 * (1 + alone.extraction.max_gleanings) * 2
 
 
+def test_a_ray_data_worker_killed_mid_extraction_loses_no_item(cluster, tmp_path):
+    data = {"address": cluster, "data": True, "data_path": str(tmp_path / "partitions"), "partition_units": 1}
+    with start_mock_server(latency=0.3) as a, start_mock_server(latency=0.3) as b:
+        settings = project(tmp_path / "ray", [a.base_url, b.base_url], ray=data)
+        killed: list[int] = []
+
+        def kill_one_worker() -> None:
+            # once the actors are extracting, SIGKILL one (Ray Data restarts it and retries its partition)
+            deadline = time.monotonic() + 60
+            while a.stats["requests"] + b.stats["requests"] < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            pids = subprocess.run(["pgrep", "-f", "MapBatches\\(Extractor\\)"], capture_output=True,
+                                  text=True).stdout.split()
+            if pids:
+                os.kill(int(pids[0]), signal.SIGKILL)
+                killed.append(int(pids[0]))
+
+        killer = threading.Thread(target=kill_one_worker)
+        killer.start()
+        result = asyncio.run(run_index(settings, log=lambda m: None))
+        killer.join()
+        alone = project(tmp_path / "alone", [a.base_url, b.base_url])
+        asyncio.run(run_index(alone, log=lambda m: None))
+    assert killed and not result.failures
+    assert snapshot(tmp_path / "ray" / "output") == snapshot(tmp_path / "alone" / "output")
+
+
+def test_ray_data_actors_together_keep_each_servers_concurrency(cluster, tmp_path):
+    # 36 units in two partitions, extracted at once by two actors (seconds each, so the two
+    # overlap): each has half of each server's concurrency of 4, so no server ever has more than
+    # 4 requests in flight.
+    data = {"address": cluster, "data": True, "data_path": str(tmp_path / "partitions"), "partition_units": 18,
+            "workers": 2}
+    with start_mock_server(latency=1.0) as a, start_mock_server(latency=1.0) as b:
+        settings = project(tmp_path, [a.base_url, b.base_url], ray=data)
+        write_docs(tmp_path, {f"more{i}.txt": text.replace("Jane", f"Ann{i}") for i, text in
+                              enumerate(list(DOCS.values()) * 5)})
+        result = asyncio.run(run_index(settings, log=lambda m: None))
+    assert not result.failures and len(result.tables["text_units"]) == 36
+    assert 2 <= max(a.stats["max_in_flight"], b.stats["max_in_flight"]) <= 4
+
+
 def test_ray_data_without_a_cluster_or_with_a_budget_is_refused_with_what_to_do(tmp_path):
     from sensegraph.config import SettingsError
 

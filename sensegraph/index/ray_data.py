@@ -51,6 +51,7 @@ import pandas as pd
 
 from ..config import Settings
 from ..llm import Cache, open_chat
+from ..llm.ray_workers import shares
 from ..llm.usage import StepUsage, Usage
 from ..store.tables import read_table, write_json_atomic, write_table
 from . import extract
@@ -105,10 +106,17 @@ def _finished(folder: Path) -> dict[str, Any] | None:
 class Extractor:
     """A Ray Data actor: extracts whole partitions (one row each: key, ids, texts)."""
 
-    def __init__(self, settings_json: str, language: str, prompts: dict[str, str], root: str):
+    def __init__(self, settings_json: str, chats: list[str], slots: Any, language: str, prompts: dict[str, str],
+                 root: str):
         import ray
 
-        self.settings = Settings.model_validate_json(settings_json)
+        from ..config import ChatSettings
+
+        # The actors are alike to Ray Data; each takes the next share of the servers' limits
+        # (a restarted actor the share of the one it replaces, give or take), so that together
+        # they never send a server more than its settings allow.
+        share = ChatSettings.model_validate_json(chats[ray.get(slots.take.remote()) % len(chats)])
+        self.settings = Settings.model_validate_json(settings_json).model_copy(update={"chat": share})
         self.language, self.prompts, self.root = language, prompts, Path(root)
         node = ray.get_runtime_context().get_node_id()
         self.cache = Cache(self.root / "answers" / f"{node}.sqlite")
@@ -145,6 +153,17 @@ class Extractor:
         return {"key": key, "record": json.dumps(record)}
 
 
+class _Slots:
+    """Numbers the actors as they start (Ray Data's actors have no index of their own)."""
+
+    def __init__(self) -> None:
+        self.next = -1
+
+    def take(self) -> int:
+        self.next += 1
+        return self.next
+
+
 def extract_on_ray(units: pd.DataFrame, *, settings: Settings, language: str,
                    advance: Callable[[int], None] | None = None,
                    usage: Usage | None = None) -> tuple[extract.ExtractionResult, dict[str, int]]:
@@ -179,13 +198,18 @@ def extract_on_ray(units: pd.DataFrame, *, settings: Settings, language: str,
         # execution (timeouts where none runs) and reports usage: neither for an offline tool.
         os.environ.setdefault("RAY_DATA_USAGE_DISABLED", "1")
         workers = min(len(todo), ray_settings.workers or max(1, len([n for n in ray.nodes() if n.get("Alive")])))
+        # Each actor's share of every server's concurrency and rate limits, as --ray splits them.
+        chats = [c.model_dump_json() for c in shares(raw.chat, workers) if c is not None]
+        workers = len(chats)
+        slots = ray.remote(num_cpus=0)(_Slots).remote()
         ds = ray.data.from_items([{"key": k, "ids": [str(i) for i in p["id"]], "texts": [str(t) for t in p["text"]]}
                                   for k, p in todo], override_num_blocks=len(todo))
         # num_cpus=0: an actor mostly waits on servers. (Ray Data spreads actors over the nodes
         # by default, best effort.)
         out = ds.map_batches(Extractor, batch_size=1, batch_format="pandas", num_cpus=0,
                              compute=ray.data.ActorPoolStrategy(size=workers),
-                             fn_constructor_kwargs={"settings_json": raw.model_dump_json(), "language": language,
+                             fn_constructor_kwargs={"settings_json": raw.model_dump_json(), "chats": chats,
+                                                    "slots": slots, "language": language,
                                                     "prompts": prompts, "root": str(root)})
         with _quiet("ray.data"):
             for row in out.iter_rows():
