@@ -34,7 +34,7 @@ the driver.
 """
 from __future__ import annotations
 
-import asyncio
+import copy
 import dataclasses
 import hashlib
 import json
@@ -57,6 +57,9 @@ from ..store.tables import read_table, write_json_atomic, write_table
 from . import extract
 from .steps import code_fingerprint, table_fingerprint
 
+# Partitions an actor works on at once: while one waits on its last, slowest units, the next
+# keeps the actor's share of the servers busy (one at a time left a quarter of it idle).
+PARTITIONS_PER_ACTOR = 2
 INSTANCES = ("entity_instances", "relationship_instances", "claim_instances")
 DONE = "done.json"
 
@@ -120,22 +123,27 @@ class Extractor:
         self.language, self.prompts, self.root = language, prompts, Path(root)
         node = ray.get_runtime_context().get_node_id()
         self.cache = Cache(self.root / "answers" / f"{node}.sqlite")
-        self.loop = asyncio.new_event_loop()
-        # One client for the actor's life, so that an endpoint found out stays out for the
-        # next partition too (endpoints.py); its usage is swapped per partition.
-        self.llm = open_chat(self.settings, cache=self.cache)
+        # One client for the actor's life, made on the actor's event loop at its first call, so
+        # that an endpoint found out stays out for the next partitions too (endpoints.py).
+        self.llm: Any = None
 
-    def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
-        return pd.DataFrame([self._partition(row.key, list(row.ids), list(row.texts)) for row in batch.itertuples()])
+    async def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
+        # Async: the actor runs PARTITIONS_PER_ACTOR partitions at once on one event loop, so its
+        # share of the servers stays busy while one partition waits on its slowest unit.
+        if self.llm is None:
+            self.llm = open_chat(self.settings, cache=self.cache)
+        return pd.DataFrame([await self._partition(row.key, list(row.ids), list(row.texts))
+                             for row in batch.itertuples()])
 
-    def _partition(self, key: str, ids: list[str], texts: list[str]) -> dict[str, Any]:
+    async def _partition(self, key: str, ids: list[str], texts: list[str]) -> dict[str, Any]:
         s = self.settings
-        usage = Usage(s.chat.price_per_1k_prompt, s.chat.price_per_1k_completion)
-        usage.pools = self.llm.usage.pools
-        self.llm.usage = usage
+        # A view of the actor's client (same servers, limits, cache and outage state) that
+        # counts this partition's usage apart from the partitions running beside it.
+        llm = copy.copy(self.llm)
+        llm.usage = usage = Usage(s.chat.price_per_1k_prompt, s.chat.price_per_1k_completion)
+        usage.pools["chat"] = llm.endpoints
         units = pd.DataFrame({"id": ids, "text": texts})
-        result = self.loop.run_until_complete(
-            extract.extract_graph(units, self.llm, settings=s, language=self.language, prompts=self.prompts))
+        result = await extract.extract_graph(units, llm, settings=s, language=self.language, prompts=self.prompts)
         # Written beside the final folder and renamed into place: a reader sees a partition
         # whole or not at all, and a worker killed while writing leaves only a stray folder.
         final = self.root / "extract" / key
@@ -207,7 +215,9 @@ def extract_on_ray(units: pd.DataFrame, *, settings: Settings, language: str,
         # num_cpus=0: an actor mostly waits on servers. (Ray Data spreads actors over the nodes
         # by default, best effort.)
         out = ds.map_batches(Extractor, batch_size=1, batch_format="pandas", num_cpus=0,
-                             compute=ray.data.ActorPoolStrategy(size=workers),
+                             compute=ray.data.ActorPoolStrategy(
+                                 size=workers, max_concurrent_calls_per_actor=PARTITIONS_PER_ACTOR,
+                                 max_tasks_in_flight_per_actor=PARTITIONS_PER_ACTOR),
                              fn_constructor_kwargs={"settings_json": raw.model_dump_json(), "chats": chats,
                                                     "slots": slots, "language": language,
                                                     "prompts": prompts, "root": str(root)})
