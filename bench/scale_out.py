@@ -208,7 +208,8 @@ def ray_data_table(units: int, concurrency: int) -> None:
         print(f"\nRay Data's driver used {best['cores']:.3f} of a core; at 3,000 calls/s that would be "
               f"{1000 * best['cores'] / 3000:.3f} ms per call")
         tokens_per_unit = 600  # a default text unit
-        print("\nprojection (calls as measured per unit; driver CPU at the 4-actor figure):")
+        print("\nprojection (calls as measured per unit; driver CPU at the 4-actor figure per call, an upper "
+              "bound since it goes with time, not calls):")
         for total in (100e6, 1e9):
             n_units = total / tokens_per_unit
             calls = n_units * best["calls"] / units
