@@ -371,8 +371,9 @@ class RaySettings(_Section):
     # started on this machine (or RAY_ADDRESS); HOST:6379 or ray://HOST:10001 for another.
     address: str | None = None
     workers: int = Field(0, ge=0, description="workers making the calls, spread over the nodes (0 = one per node)")
-    # Extraction as a Ray Data pipeline (index/ray_data.py): the workers render, call, check and
-    # parse, and write finished partitions where every node can read them; the driver merges.
+    # Extraction and description summaries as Ray Data pipelines (index/ray_data.py): the workers
+    # render, call, check and parse, and write finished partitions where every node can read
+    # them; the driver merges.
     data: bool = False
     data_path: str | None = Field(None, description="folder every node can read and write for the partitions and "
                                                     "the workers' answer caches (default: <cache.dir>/ray-data; "

@@ -87,7 +87,7 @@ def test_an_index_on_a_ray_cluster_equals_the_single_process_index(cluster, tmp_
         assert c.stats["requests"] == 0 and not again.failures
 
 
-def test_a_ray_data_extraction_equals_the_single_process_index_and_reruns_from_its_partitions(cluster, tmp_path):
+def test_a_ray_data_index_equals_the_single_process_index_and_reruns_from_its_partitions(cluster, tmp_path):
     shared = tmp_path / "partitions"  # the folder every node reaches (one machine: any local folder)
     data = {"address": cluster, "data": True, "data_path": str(shared), "partition_units": 2}
     with start_mock_server() as a, start_mock_server() as b:
@@ -102,6 +102,9 @@ def test_a_ray_data_extraction_equals_the_single_process_index_and_reruns_from_i
     units = len(result.tables["text_units"])
     assert extract["ray_data"] == {"partitions": -(-units // 2), "partitions_reused": 0}
     assert stats["llm"]["extract"]["calls"] >= units  # the workers' calls are counted by the driver
+    summaries = stats["steps"]["summarize"]["ray_data"]
+    assert summaries["partitions"] >= 1 and summaries["partitions_reused"] == 0
+    assert stats["llm"]["summarize"]["calls"] >= 1
     finished = sorted(shared.glob("extract/*/done.json"))
     assert len(finished) == extract["ray_data"]["partitions"]
     # an answer cache per node that ran an actor (Ray Data spreads them, best effort)
@@ -117,6 +120,9 @@ def test_a_ray_data_extraction_equals_the_single_process_index_and_reruns_from_i
     assert snapshot(tmp_path / "again" / "output") == snapshot(tmp_path / "alone" / "output")
     stats = json.loads((tmp_path / "again" / "output" / "stats.json").read_text())
     assert stats["steps"]["extract"]["ray_data"]["partitions_reused"] == extract["ray_data"]["partitions"] - 1
+    # the summaries' partitions were all finished: read, not asked again
+    assert stats["steps"]["summarize"]["ray_data"]["partitions_reused"] == summaries["partitions"]
+    assert stats["llm"].get("summarize", {}).get("calls", 0) == 0
     lost = stats["llm"]["extract"]
     assert 0 < lost["calls"] + lost["cache_hits"] <= 2 * (1 + alone.extraction.max_gleanings) * 2
 
@@ -132,7 +138,7 @@ def test_a_ray_data_worker_killed_mid_extraction_loses_no_item(cluster, tmp_path
             deadline = time.monotonic() + 60
             while a.stats["requests"] + b.stats["requests"] < 3 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            pids = subprocess.run(["pgrep", "-f", "MapBatches\\(Extractor\\)"], capture_output=True,
+            pids = subprocess.run(["pgrep", "-f", "MapBatches\\(Worker\\)"], capture_output=True,
                                   text=True).stdout.split()
             if pids:
                 os.kill(int(pids[0]), signal.SIGKILL)

@@ -32,10 +32,10 @@ from .common import (BUDGET_EXIT, ROOT_OPTION, budget_options, budget_overrides,
                    "machine, or HOST:6379. Needs `pip install 'sensegraph[ray]'` and provider openai endpoints "
                    "the nodes can reach. Default: ray.address in settings.yaml (none: no Ray).")
 @click.option("--ray-data", "ray_data", is_flag=True, default=None,
-              help="With --ray: extraction as a Ray Data pipeline. The workers render the prompts, call, check "
-                   "and parse, and write each finished partition of text units (ray.data_path, a folder every "
-                   "node can reach); the driver only merges, and a rerun skips finished partitions. Default: "
-                   "ray.data in settings.yaml.")
+              help="With --ray: extraction and description summaries as Ray Data pipelines. The workers render "
+                   "the prompts, call, check and parse, and write each finished partition (ray.data_path, a "
+                   "folder every node can reach); the driver only merges, and a rerun skips finished "
+                   "partitions. Default: ray.data in settings.yaml.")
 @budget_options
 def index_command(root: str, dry_run: bool, no_cache: bool, allow_partial: bool, method: str | None,
                   ray_address: str | None, ray_data: bool | None, budget_tokens: int | None,

@@ -9,6 +9,7 @@ step reads, as keyword arguments, and return its tables.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import sys
 import time
@@ -353,10 +354,14 @@ async def _summarize(*, entity_instances: pd.DataFrame, relationship_instances: 
         shape_entities, shape_relationships = summarize.graph_shape(graph)
         early = asyncio.ensure_future(asyncio.to_thread(cooccurrence_edges, shape_entities, shape_relationships,
                                                         units, weight=weight, language=language))
+    ray_figures: dict[str, int] = {}
+    elsewhere = functools.partial(ray_data.summarize_on_ray, settings=settings, language=language, usage=llm.usage,
+                                  figures=ray_figures) if ray_data.enabled(settings) else None
     entities, relationships, covariates, failed = await summarize.summarize_graph(
-        extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items), graph=graph)
+        extraction, units, llm, settings=settings, language=language, advance=bar("summarize", n_items), graph=graph,
+        elsewhere=elsewhere)
     del graph
-    stats: dict[str, Any] = {}
+    stats: dict[str, Any] = {"ray_data": ray_figures} if ray_figures else {}
     # opt-in: merge duplicate entities (resolve.py); not once the budget is used up
     if settings.resolution.enabled and not llm.budget_reached:
         entities, relationships, covariates, stats["resolution"], unresolved = await resolve.resolve_in_pipeline(

@@ -1,10 +1,12 @@
-"""Extraction as a Ray Data pipeline (`sensegraph index --ray ADDRESS --ray-data`): the workers
-do the per-item work, the driver only merges.
+"""Extraction and description summaries as Ray Data pipelines (`sensegraph index --ray ADDRESS
+--ray-data`): the workers do the per-item work, the driver only merges.
 
 With `--ray` alone the driver builds every prompt, checks the cache, parses every answer and
 sends only the HTTP request to a worker (llm/ray_workers.py): one driver core caps the run near
 200-300 calls/s. Here the extraction step, the largest LLM step, is a `ray.data` dataset of
-partitions (consecutive runs of `ray.partition_units` text units) mapped by a pool of actors.
+partitions (consecutive runs of `ray.partition_units` text units) mapped by a pool of actors;
+the summary step likewise maps partitions of the merged entities and relationships (names and
+descriptions) to their summaries (`summarize_on_ray`).
 Each actor owns a chat client with its own answer cache and the outage model of endpoints.py
 (one process's), renders the prompts, makes and checks the calls exactly as a single process
 does (extract.extract_graph on the partition's units), writes the partition's instance tables
@@ -34,6 +36,7 @@ the driver.
 """
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import hashlib
@@ -54,7 +57,8 @@ from ..llm import Cache, open_chat
 from ..llm.ray_workers import shares
 from ..llm.usage import StepUsage, Usage
 from ..store.tables import read_table, write_json_atomic, write_table
-from . import extract
+from ..prompts import load_prompt
+from . import extract, summarize
 from .steps import code_fingerprint, table_fingerprint
 
 # Partitions an actor works on at once: while one waits on its last, slowest units, the next
@@ -82,12 +86,17 @@ def extraction_fingerprint(settings: Settings, language: str, prompts: dict[str,
     blob = json.dumps({
         "code": code_fingerprint(), "language": language, "prompts": prompts,
         "extraction": settings.extraction.model_dump(mode="json"),
-        "chat": {k: v for k, v in settings.chat.model_dump(mode="json").items()
-                 if k in ("provider", "model", "temperature", "structured_output", "extra_body", "api_version")},
-        "endpoint_models": [e.model for e in (settings.chat.endpoints or []) if e.model],
-        "local": settings.local.size if settings.chat.provider == "local" else None,
+        "model": _chat_identity(settings),
     }, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _chat_identity(settings: Settings) -> dict[str, Any]:
+    """What of the chat settings decides an answer (as the answer cache's key has it)."""
+    return {"chat": {k: v for k, v in settings.chat.model_dump(mode="json").items()
+                     if k in ("provider", "model", "temperature", "structured_output", "extra_body", "api_version")},
+            "endpoint_models": [e.model for e in (settings.chat.endpoints or []) if e.model],
+            "local": settings.local.size if settings.chat.provider == "local" else None}
 
 
 def partition_key(fingerprint: str, units: pd.DataFrame) -> str:
@@ -106,11 +115,12 @@ def _finished(folder: Path) -> dict[str, Any] | None:
     return done if not done.get("failed") else None
 
 
-class Extractor:
-    """A Ray Data actor: extracts whole partitions (one row each: key, ids, texts)."""
+class Worker:
+    """A Ray Data actor: whole partitions of one kind ("extract": rows key, ids, texts;
+    "summarize": rows key, names, descriptions), each written under `<root>/<kind>/<key>/`."""
 
-    def __init__(self, settings_json: str, chats: list[str], slots: Any, language: str, prompts: dict[str, str],
-                 root: str):
+    def __init__(self, kind: str, settings_json: str, chats: list[str], slots: Any, language: str,
+                 prompts: dict[str, str], root: str):
         import ray
 
         from ..config import ChatSettings
@@ -120,7 +130,7 @@ class Extractor:
         # they never send a server more than its settings allow.
         share = ChatSettings.model_validate_json(chats[ray.get(slots.take.remote()) % len(chats)])
         self.settings = Settings.model_validate_json(settings_json).model_copy(update={"chat": share})
-        self.language, self.prompts, self.root = language, prompts, Path(root)
+        self.kind, self.language, self.prompts, self.root = kind, language, prompts, Path(root)
         node = ray.get_runtime_context().get_node_id()
         self.cache = Cache(self.root / "answers" / f"{node}.sqlite")
         # One client for the actor's life, made on the actor's event loop at its first call, so
@@ -129,33 +139,41 @@ class Extractor:
 
     async def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
         # Async: the actor runs PARTITIONS_PER_ACTOR partitions at once on one event loop, so its
-        # share of the servers stays busy while one partition waits on its slowest unit.
+        # share of the servers stays busy while one partition waits on its slowest item.
         if self.llm is None:
             self.llm = open_chat(self.settings, cache=self.cache)
-        return pd.DataFrame([await self._partition(row.key, list(row.ids), list(row.texts))
-                             for row in batch.itertuples()])
+        return pd.DataFrame([await self._partition(row._asdict()) for row in batch.itertuples(index=False)])
 
-    async def _partition(self, key: str, ids: list[str], texts: list[str]) -> dict[str, Any]:
-        s = self.settings
+    async def _partition(self, row: dict[str, Any]) -> dict[str, Any]:
+        s, key = self.settings, row["key"]
         # A view of the actor's client (same servers, limits, cache and outage state) that
         # counts this partition's usage apart from the partitions running beside it.
         llm = copy.copy(self.llm)
         llm.usage = usage = Usage(s.chat.price_per_1k_prompt, s.chat.price_per_1k_completion)
         usage.pools["chat"] = llm.endpoints
-        units = pd.DataFrame({"id": ids, "text": texts})
-        result = await extract.extract_graph(units, llm, settings=s, language=self.language, prompts=self.prompts)
+        if self.kind == "extract":
+            units = pd.DataFrame({"id": list(row["ids"]), "text": list(row["texts"])})
+            result = await extract.extract_graph(units, llm, settings=s, language=self.language,
+                                                 prompts=self.prompts)
+            tables = dict(zip(INSTANCES, (result.entities, result.relationships, result.claims)))
+            record = {"items": len(units), "failed": result.failed, "stats": result.stats,
+                      "self_loops": result.self_loops, "empty_names": result.empty_names}
+        else:
+            names = list(row["names"])
+            done = await asyncio.gather(*(summarize.summarize_one(n, list(d), llm, s, self.prompts["summarize"])
+                                          for n, d in zip(names, row["descriptions"])))
+            tables = {"summaries": pd.DataFrame({"description": [d for d, _ in done], "ok": [ok for _, ok in done]})}
+            record = {"items": len(names), "failed": [n for n, (_, ok) in zip(names, done) if not ok]}
+        record["usage"] = {n: dataclasses.asdict(u) for n, u in usage.steps.items()}
         # Written beside the final folder and renamed into place: a reader sees a partition
         # whole or not at all, and a worker killed while writing leaves only a stray folder.
-        final = self.root / "extract" / key
+        final = self.root / self.kind / key
         scratch = final.with_name(f"{key}.{uuid.uuid4().hex[:8]}.tmp")
         scratch.mkdir(parents=True)
-        for name, table in zip(INSTANCES, (result.entities, result.relationships, result.claims)):
+        for name, table in tables.items():
             write_table(table, scratch, name)
-        record = {"units": len(ids), "failed": result.failed, "stats": result.stats,
-                  "self_loops": result.self_loops, "empty_names": result.empty_names,
-                  "usage": {n: dataclasses.asdict(u) for n, u in usage.steps.items()}}
         write_json_atomic(scratch / DONE, record)
-        if final.exists():  # an earlier attempt that lost units, or a twin of this partition
+        if final.exists():  # an earlier attempt that lost items, or a twin of this partition
             shutil.rmtree(final, ignore_errors=True)
         os.replace(scratch, final)
         return {"key": key, "record": json.dumps(record)}
@@ -178,53 +196,92 @@ def extract_on_ray(units: pd.DataFrame, *, settings: Settings, language: str,
     """extract.extract_graph's result for `units`, computed by a pool of Ray Data actors on the
     cluster `ray.init` connected to (partitions already finished are read, not recomputed), and
     figures for stats.json. The workers' usage is added to `usage`."""
-    import ray
-
     prompts = extract.extraction_prompts(settings, language)
     fingerprint = extraction_fingerprint(settings, language, prompts)
+    size = _raw_settings(settings).ray.partition_units
+    parts = [units.iloc[a:a + size] for a in range(0, len(units), size)]
+    rows = [{"key": partition_key(fingerprint, p), "ids": [str(i) for i in p["id"]],
+             "texts": [str(t) for t in p["text"]]} for p in parts]
+    records, reused = _run("extract", rows, settings=settings, language=language, prompts=prompts,
+                           advance=advance, usage=usage)
+    return _merged(data_path(_raw_settings(settings)), [r["key"] for r in rows], records), \
+        {"partitions": len(rows), "partitions_reused": reused}
+
+
+def summarize_on_ray(items: list[tuple[str, list[str]]], *, settings: Settings, language: str,
+                     advance: Callable[[int], None] | None = None, usage: Usage | None = None,
+                     figures: dict[str, int] | None = None) -> list[tuple[str, bool]]:
+    """summarize.summarize_one's (description, ok) for each (name, descriptions), in order,
+    computed by Ray Data actors in partitions of `ray.partition_units` x 4 items (a summary is
+    a call or a few, an extraction two or more); `figures` gets the partition counts."""
+    template = load_prompt("summarize_descriptions", language, settings.root)
+    blob = json.dumps({"code": code_fingerprint(), "language": language, "template": template,
+                       "summarize": settings.summarize.model_dump(mode="json"),
+                       "input_tokens": settings.summary_input_tokens(), "model": _chat_identity(settings)},
+                      sort_keys=True, default=str)
+    fingerprint = hashlib.sha256(blob.encode()).hexdigest()
+    size = 4 * _raw_settings(settings).ray.partition_units
+    rows = []
+    for a in range(0, len(items), size):
+        chunk = items[a:a + size]
+        h = hashlib.sha256(fingerprint.encode())
+        h.update(json.dumps(chunk, ensure_ascii=False).encode())
+        rows.append({"key": h.hexdigest()[:32], "names": [n for n, _ in chunk], "descriptions": [d for _, d in chunk]})
+    records, reused = _run("summarize", rows, settings=settings, language=language,
+                           prompts={"summarize": template}, advance=advance, usage=usage)
+    root = data_path(_raw_settings(settings)) / "summarize"
+    out: list[tuple[str, bool]] = []
+    for row in rows:
+        table = read_table(root / row["key"], "summaries")
+        out.extend(zip(table["description"].astype(str).tolist(), table["ok"].astype(bool).tolist()))
+    if figures is not None:
+        figures.update(partitions=len(rows), partitions_reused=reused)
+    return out
+
+
+def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language: str, prompts: dict[str, str],
+         advance: Callable[[int], None] | None, usage: Usage | None) -> tuple[dict[str, dict[str, Any]], int]:
+    """Each partition's record: read where it is finished, else computed by the actors (its
+    usage added to `usage` as it arrives); and how many were finished already."""
+    import ray
+
     # The ray section is read from the settings themselves, not through the step's recorder:
     # how the work is spread must not rerun a step whose tables it does not change.
-    ray_settings = _raw_settings(settings).ray
-    root = data_path(_raw_settings(settings))
-    size = ray_settings.partition_units
-    parts = [units.iloc[a:a + size] for a in range(0, len(units), size)]
-    keys = [partition_key(fingerprint, p) for p in parts]
+    raw = _raw_settings(settings)
+    root = data_path(raw)
     records: dict[str, dict[str, Any]] = {}
-    for key, part in zip(keys, parts):
-        if (done := _finished(root / "extract" / key)) is not None:
-            records[key] = done
+    for row in rows:
+        if (done := _finished(root / kind / row["key"])) is not None:
+            records[row["key"]] = done
             if advance:
-                advance(len(part))
-    todo = [(k, p) for k, p in zip(keys, parts) if k not in records]
+                advance(done["items"])
+    todo = [row for row in rows if row["key"] not in records]
     if todo:
-        raw = _raw_settings(settings)
         context = ray.data.DataContext.get_current()
-        # The run's own progress bar counts the units; Ray Data's bars and banners would print
+        # The run's own progress bar counts the items; Ray Data's bars and banners would print
         # over it.
         context.enable_progress_bars = context.print_on_execution_start = False
         # Ray Data's usage telemetry asks a Prometheus server at localhost:9090 after each
         # execution (timeouts where none runs) and reports usage: neither for an offline tool.
         os.environ.setdefault("RAY_DATA_USAGE_DISABLED", "1")
-        workers = min(len(todo), ray_settings.workers or max(1, len([n for n in ray.nodes() if n.get("Alive")])))
+        workers = min(len(todo), raw.ray.workers or max(1, len([n for n in ray.nodes() if n.get("Alive")])))
         # Each actor's share of every server's concurrency and rate limits, as --ray splits them.
         chats = [c.model_dump_json() for c in shares(raw.chat, workers) if c is not None]
-        workers = len(chats)
         slots = ray.remote(num_cpus=0)(_Slots).remote()
-        ds = ray.data.from_items([{"key": k, "ids": [str(i) for i in p["id"]], "texts": [str(t) for t in p["text"]]}
-                                  for k, p in todo], override_num_blocks=len(todo))
+        ds = ray.data.from_items(todo, override_num_blocks=len(todo))
         # num_cpus=0: an actor mostly waits on servers. (Ray Data spreads actors over the nodes
         # by default, best effort.)
-        out = ds.map_batches(Extractor, batch_size=1, batch_format="pandas", num_cpus=0,
+        out = ds.map_batches(Worker, batch_size=1, batch_format="pandas", num_cpus=0,
                              compute=ray.data.ActorPoolStrategy(
-                                 size=workers, max_concurrent_calls_per_actor=PARTITIONS_PER_ACTOR,
+                                 size=len(chats), max_concurrent_calls_per_actor=PARTITIONS_PER_ACTOR,
                                  max_tasks_in_flight_per_actor=PARTITIONS_PER_ACTOR),
-                             fn_constructor_kwargs={"settings_json": raw.model_dump_json(), "chats": chats,
-                                                    "slots": slots, "language": language,
+                             fn_constructor_kwargs={"kind": kind, "settings_json": raw.model_dump_json(),
+                                                    "chats": chats, "slots": slots, "language": language,
                                                     "prompts": prompts, "root": str(root)})
         with _quiet("ray.data"):
             for row in out.iter_rows():
                 _record(json.loads(row["record"]), row["key"], records, advance, usage)
-    return _merged(root, keys, records), {"partitions": len(parts), "partitions_reused": len(parts) - len(todo)}
+    return records, len(rows) - len(todo)
 
 
 def _record(record: dict[str, Any], key: str, records: dict[str, dict[str, Any]],
@@ -232,7 +289,7 @@ def _record(record: dict[str, Any], key: str, records: dict[str, dict[str, Any]]
     """A finished partition as it arrives: kept, counted on the progress bar, its usage added."""
     records[key] = record
     if advance:
-        advance(record["units"])
+        advance(record["items"])
     if usage is not None:
         for step, figures in record["usage"].items():
             usage.step(step).add(StepUsage(**figures))

@@ -435,7 +435,7 @@ async def merge(entities: pd.DataFrame, relationships: pd.DataFrame, covariates:
     """Apply the merges; descriptions of merged entities and relationships are summarised again
     (through the cache) when an LLM is given, else joined. Returns the tables and the failed
     items: merged elements whose summary call failed (they keep their joined descriptions)."""
-    from .summarize import _summarize
+    from .summarize import summarize_one
 
     if not groups:
         return entities, relationships, covariates, []
@@ -452,7 +452,7 @@ async def merge(entities: pd.DataFrame, relationships: pd.DataFrame, covariates:
         descriptions = sorted({d.strip() for d in descriptions if d and d.strip()})
         if llm is None or len(descriptions) <= 1:
             return "\n".join(descriptions)
-        text, ok = await _summarize(name, descriptions, llm, settings, template)
+        text, ok = await summarize_one(name, descriptions, llm, settings, template)
         if not ok:
             failed.append(summary_id(element_id))
         return text

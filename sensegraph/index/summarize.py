@@ -15,6 +15,7 @@ Display names keep their case (the most frequent spelling); Microsoft upper-case
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from itertools import chain
 from collections import Counter
@@ -181,7 +182,7 @@ def _batches_text(parts: list[str]) -> str:
     return "\n".join(f"- {p}" for p in parts)
 
 
-async def _summarize(name: str, descriptions: list[str], llm: ChatClient, settings: Settings,
+async def summarize_one(name: str, descriptions: list[str], llm: ChatClient, settings: Settings,
                      template: str) -> tuple[str, bool]:
     """(description, ok). One description is used as is; several are summarised in one call, or
     folded batch by batch (summary so far + the next descriptions) when they exceed the budget."""
@@ -247,13 +248,16 @@ def graph_shape(graph: MergedGraph) -> tuple[pd.DataFrame, pd.DataFrame]:
 async def summarize_graph(extraction: ExtractionResult, text_units: pd.DataFrame, llm: ChatClient, *,
                           settings: Settings, language: str,
                           advance: Callable[[int], None] | None = None, graph: MergedGraph | None = None,
+                          elsewhere: Callable[..., list[tuple[str, bool]]] | None = None,
                           ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     """Merged entities, relationships and covariates (claims), plus the ids of the entities and
     relationships whose summary call failed (they keep their joined descriptions).
 
     `advance(1)` is called once per merged entity and relationship (`merge_instances(...).size`
     in all), whether or not it needed an LLM call. `graph`: `merge_instances(extraction)` when
-    the caller already has it."""
+    the caller already has it. `elsewhere(items, advance=...)`: summarize_one's result for each
+    (name, descriptions) that needs a call, in order, computed elsewhere (on a Ray cluster:
+    ray_data.summarize_on_ray); this process then makes no summary call itself."""
     graph = graph if graph is not None else merge_instances(extraction)
     template = load_prompt("summarize_descriptions", language, settings.root)
     entities = sorted(graph.entities.values(), key=lambda e: (e.key, e.title))
@@ -262,7 +266,7 @@ async def summarize_graph(extraction: ExtractionResult, text_units: pd.DataFrame
 
     async def one(name: str, descriptions: list[str]) -> tuple[str, bool]:
         try:
-            return await _summarize(name, descriptions, llm, settings, template)
+            return await summarize_one(name, descriptions, llm, settings, template)
         finally:
             if advance:
                 advance(1)
@@ -276,7 +280,21 @@ async def summarize_graph(extraction: ExtractionResult, text_units: pd.DataFrame
     def finished(position: int, result: tuple[str, bool]) -> None:
         results[position] = result
 
-    await run_windowed(items, lambda item: one(*item), window=window_of(llm), done=finished)
+    if elsewhere is None:
+        await run_windowed(items, lambda item: one(*item), window=window_of(llm), done=finished)
+    else:
+        # Only the elements with several descriptions need a call; the others keep theirs here.
+        needed = []
+        for n, (name, descriptions) in enumerate(items):
+            if len(descriptions) > 1:
+                needed.append((n, name, descriptions))
+            else:
+                results[n] = (descriptions[0] if descriptions else "", True)
+                if advance:
+                    advance(1)
+        done = await asyncio.to_thread(elsewhere, [(name, d) for _, name, d in needed], advance=advance)
+        for (n, _, _), result in zip(needed, done):
+            results[n] = result
     entity_results, relationship_results = results[:len(entities)], results[len(entities):]
 
     neighbours: dict[str, set[str]] = {e.key: set() for e in entities}
