@@ -56,8 +56,8 @@ from ..config import Settings
 from ..llm import Cache, open_chat
 from ..llm.ray_workers import shares
 from ..llm.usage import StepUsage, Usage
-from ..store.tables import read_table, write_json_atomic, write_table
 from ..prompts import load_prompt
+from ..store.tables import read_table, write_json_atomic, write_table
 from . import extract, summarize
 from .steps import code_fingerprint, table_fingerprint
 
@@ -69,7 +69,7 @@ DONE = "done.json"
 
 
 def enabled(settings: Settings) -> bool:
-    """Whether extraction runs as a Ray Data pipeline (read without recording: see extract_on_ray)."""
+    """Whether extraction and summaries run as Ray Data pipelines (read without recording: see _run)."""
     ray = _raw_settings(settings).ray
     return bool(ray.address and ray.data)
 
