@@ -169,6 +169,30 @@ def test_ray_data_actors_together_keep_each_servers_concurrency(cluster, tmp_pat
     assert 2 <= max(a.stats["max_in_flight"], b.stats["max_in_flight"]) <= 4
 
 
+def test_a_ray_data_path_that_cannot_be_written_fails_in_one_line_that_names_it(cluster, tmp_path):
+    from sensegraph.llm.ray_workers import RayUnavailable
+
+    (tmp_path / "a-file").write_text("not a folder")
+    bad = tmp_path / "a-file" / "partitions"
+    with start_mock_server() as a:
+        settings = project(tmp_path / "p", [a.base_url], ray={"address": cluster, "data": True, "data_path": str(bad)})
+        with pytest.raises(RayUnavailable) as caught:
+            asyncio.run(run_index(settings, log=lambda m: None))
+    message = str(caught.value)
+    assert str(bad) in message and "ray.data_path" in message and "\n" not in message
+    # A failure inside the workers (here: each node's answer cache cannot be made) stops the
+    # run with the workers' error in one line, not Ray's pages of tracebacks.
+    good = tmp_path / "partitions"
+    (good).mkdir()
+    (good / "answers").write_text("not a folder")
+    with start_mock_server() as a:
+        settings = project(tmp_path / "q", [a.base_url], ray={"address": cluster, "data": True, "data_path": str(good)})
+        with pytest.raises(RayUnavailable) as caught:
+            asyncio.run(run_index(settings, log=lambda m: None))
+    message = str(caught.value)
+    assert "Ray Data workers stopped" in message and "File exists" in message and "\n" not in message
+
+
 def test_ray_data_without_a_cluster_or_with_a_budget_is_refused_with_what_to_do(tmp_path):
     from sensegraph.config import SettingsError
 

@@ -54,7 +54,7 @@ import pandas as pd
 
 from ..config import Settings
 from ..llm import Cache, open_chat
-from ..llm.ray_workers import shares
+from ..llm.ray_workers import RayUnavailable, one_line, shares
 from ..llm.usage import StepUsage, Usage
 from ..prompts import load_prompt
 from ..store.tables import read_table, write_json_atomic, write_table
@@ -249,6 +249,14 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
     # how the work is spread must not rerun a step whose tables it does not change.
     raw = _raw_settings(settings)
     root = data_path(raw)
+    try:  # here, before any actor starts: an actor that cannot write there dies in its constructor
+        (root / kind).mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-test-{uuid.uuid4().hex[:8]}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise RayUnavailable(f"ray.data_path {root} cannot be used here ({exc.strerror or exc}): give a folder "
+                             "that every node can read and write (a shared filesystem on a cluster)") from None
     records: dict[str, dict[str, Any]] = {}
     for row in rows:
         if (done := _finished(root / kind / row["key"])) is not None:
@@ -279,8 +287,13 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
                                                     "chats": chats, "slots": slots, "language": language,
                                                     "prompts": prompts, "root": str(root)})
         with _quiet("ray.data"):
-            for row in out.iter_rows():
-                _record(json.loads(row["record"]), row["key"], records, advance, usage)
+            try:
+                for row in out.iter_rows():
+                    _record(json.loads(row["record"]), row["key"], records, advance, usage)
+            except Exception as exc:  # noqa: BLE001 - Ray's errors carry the workers' whole tracebacks
+                # Finished partitions are on disk: a rerun starts from them.
+                raise RayUnavailable(f"the Ray Data workers stopped ({kind}): {one_line(exc)}; finished partitions "
+                                     f"are kept in {root}, a rerun continues from them") from None
     return records, len(rows) - len(todo)
 
 

@@ -344,7 +344,7 @@ def _connect(ray: Any, address: str) -> None:
     if failed:
         exc = failed[0]
         if isinstance(exc, (ConnectionError, TimeoutError)):
-            raise RayUnavailable(f"--ray {address}: {_one_line(exc)}") from None
+            raise RayUnavailable(f"--ray {address}: {one_line(exc)}") from None
         raise exc
 
 
@@ -357,7 +357,7 @@ class _Without(logging.Filter):
         return self.text not in record.getMessage()
 
 
-def _one_line(exc: BaseException, most: int = 200) -> str:
+def one_line(exc: BaseException, most: int = 200) -> str:
     lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
     errors = [x for x in lines if "Error:" in x or "Exception:" in x]
     return _short((errors or lines or [type(exc).__name__])[-1], most)
@@ -411,7 +411,7 @@ class RayWorkers:
             raise RayUnavailable(f"the Ray workers did not start within {START_TIMEOUT:g} s (is every node "
                                  "alive, with sensegraph installed?)") from None
         except ray.exceptions.RayError as exc:
-            raise RayUnavailable(f"a Ray node could not start sensegraph's worker ({_one_line(exc)}): install "
+            raise RayUnavailable(f"a Ray node could not start sensegraph's worker ({one_line(exc)}): install "
                                  f"sensegraph {VERSION} with its ray extra on every node "
                                  f"(pip install 'sensegraph[ray]=={VERSION}')") from None
         for hello in hellos:
@@ -513,7 +513,7 @@ class RayWorkers:
                 if crashes > CRASH_RETRIES:
                     usage.step(step).failures.append(failure)
                     raise LLMError(purpose, f"its Ray worker died each of the {crashes} times it was sent "
-                                            f"({_one_line(exc)})", crashes) from None
+                                            f"({one_line(exc)})", crashes) from None
                 continue
             finally:
                 self._done(kind, n, probe, alone)
