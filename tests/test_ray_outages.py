@@ -259,3 +259,21 @@ def test_a_node_with_another_sensegraph_version_is_refused_naming_it(cluster, tm
     message = str(refused.value)
     assert "this machine 0.0.0-other" in message and "install the same version on every node" in message
     assert "\n" not in message and not ray.is_initialized()
+
+
+def test_ray_data_with_all_servers_dead_ends_records_the_units_and_the_rerun_resumes(cluster, tmp_path):
+    # The outage model runs inside each Ray Data actor: its calls fail after outage_timeout, the
+    # partitions record their units as failed, and the run ends (no hang) naming them.
+    dead = [closed_port(), closed_port()]
+    outage = {"outage_cool_down": 0.05, "outage_timeout": 3}
+    data = {"address": cluster, "data": True, "data_path": str(tmp_path / "partitions"), "partition_units": 2}
+    settings = project(tmp_path, dead, ray=data, chat=outage, embedding=outage)
+    with pytest.raises(IndexFailed) as failed:
+        index(settings)
+    stats = json.loads((tmp_path / "output" / "stats.json").read_text())
+    units = stats["steps"]["text_units"]["text_units"]
+    assert len(failed.value.failures["extract"]) == units == len(stats["failures"]["extract"])
+
+    with start_mock_server() as a, start_mock_server() as b:
+        again = index(project(tmp_path, [a.base_url, b.base_url], ray=data))
+    assert not again.failures and len(again.tables["entities"])
