@@ -57,6 +57,26 @@ def cluster():
         _ray("stop", "--force")
 
 
+def kill_one_worker(pattern: str, servers: list, after: int) -> tuple[threading.Thread, list[int]]:
+    """A thread that SIGKILLs one process matching `pattern` once the servers have had `after`
+    requests, and the list it puts the killed pid in. (Ray names an actor's process after its
+    class; the state API would need the dashboard.)"""
+    killed: list[int] = []
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while sum(s.stats["requests"] for s in servers) < after and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+        if pids:
+            os.kill(int(pids[0]), signal.SIGKILL)
+            killed.append(int(pids[0]))
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    return killer, killed
+
+
 def project(root: Path, urls: list[str], **sections):
     write_docs(root, DOCS)
     common = {"provider": "openai", "model": "mock", "api_key": "x", "retry_base_seconds": 0.05,
@@ -131,21 +151,8 @@ def test_a_ray_data_worker_killed_mid_extraction_loses_no_item(cluster, tmp_path
     data = {"address": cluster, "data": True, "data_path": str(tmp_path / "partitions"), "partition_units": 1}
     with start_mock_server(latency=0.3) as a, start_mock_server(latency=0.3) as b:
         settings = project(tmp_path / "ray", [a.base_url, b.base_url], ray=data)
-        killed: list[int] = []
-
-        def kill_one_worker() -> None:
-            # once the actors are extracting, SIGKILL one (Ray Data restarts it and retries its partition)
-            deadline = time.monotonic() + 60
-            while a.stats["requests"] + b.stats["requests"] < 3 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            pids = subprocess.run(["pgrep", "-f", "MapBatches\\(Worker\\)"], capture_output=True,
-                                  text=True).stdout.split()
-            if pids:
-                os.kill(int(pids[0]), signal.SIGKILL)
-                killed.append(int(pids[0]))
-
-        killer = threading.Thread(target=kill_one_worker)
-        killer.start()
+        # once the actors are extracting, SIGKILL one (Ray Data restarts it and retries its partition)
+        killer, killed = kill_one_worker("MapBatches\\(Worker\\)", [a, b], after=3)
         result = asyncio.run(run_index(settings, log=lambda m: None))
         killer.join()
         alone = project(tmp_path / "alone", [a.base_url, b.base_url])
@@ -206,20 +213,8 @@ def test_ray_data_without_a_cluster_or_with_a_budget_is_refused_with_what_to_do(
 def test_a_worker_killed_mid_step_costs_no_item(cluster, tmp_path):
     with start_mock_server(latency=0.3) as a, start_mock_server(latency=0.3) as b:
         settings = project(tmp_path, [a.base_url, b.base_url], ray={"address": cluster})
-        killed: list[int] = []
-
-        def kill_one_worker() -> None:
-            # once extraction is under way, SIGKILL one worker process (Ray restarts it)
-            deadline = time.monotonic() + 60
-            while a.stats["requests"] + b.stats["requests"] < 4 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            # Ray names an actor's process after its class (the state API would need the dashboard)
-            pids = subprocess.run(["pgrep", "-f", "ray::ModelWorker"], capture_output=True, text=True).stdout.split()
-            os.kill(int(pids[0]), signal.SIGKILL)
-            killed.append(int(pids[0]))
-
-        killer = threading.Thread(target=kill_one_worker)
-        killer.start()
+        # once extraction is under way, SIGKILL one worker process (Ray restarts it)
+        killer, killed = kill_one_worker("ray::ModelWorker", [a, b], after=4)
         result = asyncio.run(run_index(settings, log=lambda m: None))
         killer.join()
     assert killed and not result.failures

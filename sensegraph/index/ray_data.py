@@ -59,7 +59,7 @@ from ..llm.usage import StepUsage, Usage
 from ..prompts import load_prompt
 from ..store.tables import read_table, write_json_atomic, write_table
 from . import extract, summarize
-from .steps import code_fingerprint, table_fingerprint
+from .steps import code_fingerprint
 
 # Partitions an actor works on at once: while one waits on its last, slowest units, the next
 # keeps the actor's share of the servers busy (one at a time left a quarter of it idle).
@@ -79,16 +79,17 @@ def data_path(settings: Settings) -> Path:
     return settings.path(settings.ray.data_path or os.path.join(settings.cache.dir, "ray-data"))
 
 
-def extraction_fingerprint(settings: Settings, language: str, prompts: dict[str, str]) -> str:
-    """Everything besides its units that decides a partition's tables. Read through the step's
-    settings recorder, the sections read here become part of the step's own fingerprint too
-    (the workers' reads happen in other processes, where no recorder sees them)."""
-    blob = json.dumps({
-        "code": code_fingerprint(), "language": language, "prompts": prompts,
-        "extraction": settings.extraction.model_dump(mode="json"),
-        "model": _chat_identity(settings),
-    }, sort_keys=True, default=str)
+def _fingerprint(**parts: Any) -> str:
+    """A hash of everything besides its items that decides a partition's tables."""
+    blob = json.dumps({"code": code_fingerprint(), **parts}, sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _key(fingerprint: str, content: Any) -> str:
+    """A partition's folder name: its items' content under the fingerprint of what reads them."""
+    h = hashlib.sha256(fingerprint.encode())
+    h.update(json.dumps(content, ensure_ascii=False).encode())
+    return h.hexdigest()[:32]
 
 
 def _chat_identity(settings: Settings) -> dict[str, Any]:
@@ -97,12 +98,6 @@ def _chat_identity(settings: Settings) -> dict[str, Any]:
                      if k in ("provider", "model", "temperature", "structured_output", "extra_body", "api_version")},
             "endpoint_models": [e.model for e in (settings.chat.endpoints or []) if e.model],
             "local": settings.local.size if settings.chat.provider == "local" else None}
-
-
-def partition_key(fingerprint: str, units: pd.DataFrame) -> str:
-    h = hashlib.sha256(fingerprint.encode())
-    h.update(table_fingerprint(units[["id", "text"]].astype(str).reset_index(drop=True)).encode())
-    return h.hexdigest()[:32]
 
 
 def _finished(folder: Path) -> dict[str, Any] | None:
@@ -197,11 +192,14 @@ def extract_on_ray(units: pd.DataFrame, *, settings: Settings, language: str,
     cluster `ray.init` connected to (partitions already finished are read, not recomputed), and
     figures for stats.json. The workers' usage is added to `usage`."""
     prompts = extract.extraction_prompts(settings, language)
-    fingerprint = extraction_fingerprint(settings, language, prompts)
+    # Read through the step's settings recorder, the sections read here become part of the
+    # step's own fingerprint too (the workers' reads happen where no recorder sees them).
+    fingerprint = _fingerprint(language=language, prompts=prompts, model=_chat_identity(settings),
+                               extraction=settings.extraction.model_dump(mode="json"))
     size = _raw_settings(settings).ray.partition_units
-    parts = [units.iloc[a:a + size] for a in range(0, len(units), size)]
-    rows = [{"key": partition_key(fingerprint, p), "ids": [str(i) for i in p["id"]],
-             "texts": [str(t) for t in p["text"]]} for p in parts]
+    ids, texts = [str(i) for i in units["id"]], [str(t) for t in units["text"]]
+    rows = [{"key": _key(fingerprint, [ids[a:a + size], texts[a:a + size]]), "ids": ids[a:a + size],
+             "texts": texts[a:a + size]} for a in range(0, len(ids), size)]
     records, reused = _run("extract", rows, settings=settings, language=language, prompts=prompts,
                            advance=advance, usage=usage)
     return _merged(data_path(_raw_settings(settings)), [r["key"] for r in rows], records), \
@@ -215,18 +213,13 @@ def summarize_on_ray(items: list[tuple[str, list[str]]], *, settings: Settings, 
     computed by Ray Data actors in partitions of `ray.partition_units` x 4 items (a summary is
     a call or a few, an extraction two or more); `figures` gets the partition counts."""
     template = load_prompt("summarize_descriptions", language, settings.root)
-    blob = json.dumps({"code": code_fingerprint(), "language": language, "template": template,
-                       "summarize": settings.summarize.model_dump(mode="json"),
-                       "input_tokens": settings.summary_input_tokens(), "model": _chat_identity(settings)},
-                      sort_keys=True, default=str)
-    fingerprint = hashlib.sha256(blob.encode()).hexdigest()
+    fingerprint = _fingerprint(language=language, template=template, model=_chat_identity(settings),
+                               summarize=settings.summarize.model_dump(mode="json"),
+                               input_tokens=settings.summary_input_tokens())
     size = 4 * _raw_settings(settings).ray.partition_units
-    rows = []
-    for a in range(0, len(items), size):
-        chunk = items[a:a + size]
-        h = hashlib.sha256(fingerprint.encode())
-        h.update(json.dumps(chunk, ensure_ascii=False).encode())
-        rows.append({"key": h.hexdigest()[:32], "names": [n for n, _ in chunk], "descriptions": [d for _, d in chunk]})
+    chunks = [items[a:a + size] for a in range(0, len(items), size)]
+    rows = [{"key": _key(fingerprint, chunk), "names": [n for n, _ in chunk], "descriptions": [d for _, d in chunk]}
+            for chunk in chunks]
     records, reused = _run("summarize", rows, settings=settings, language=language,
                            prompts={"summarize": template}, advance=advance, usage=usage)
     root = data_path(_raw_settings(settings)) / "summarize"
@@ -294,6 +287,8 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
                 # Finished partitions are on disk: a rerun starts from them.
                 raise RayUnavailable(f"the Ray Data workers stopped ({kind}): {one_line(exc)}; finished partitions "
                                      f"are kept in {root}, a rerun continues from them") from None
+            finally:
+                ray.kill(slots)
     return records, len(rows) - len(todo)
 
 
