@@ -125,6 +125,11 @@ def test_a_ray_data_index_equals_the_single_process_index_and_reruns_from_its_pa
     summaries = stats["steps"]["summarize"]["ray_data"]
     assert summaries["partitions"] >= 1 and summaries["partitions_reused"] == 0
     assert stats["llm"]["summarize"]["calls"] >= 1
+    # the reports: one dataset per level, written by the workers (their calls counted here)
+    reports = stats["steps"]["community_reports"]["ray_data"]
+    levels = len(set(result.tables["communities"]["level"]))
+    assert reports["partitions"] >= levels and reports["partitions_reused"] == 0
+    assert stats["llm"]["community_reports"]["calls"] >= 1
     finished = sorted(shared.glob("extract/*/done.json"))
     assert len(finished) == extract["ray_data"]["partitions"]
     # an answer cache per node that ran an actor (Ray Data spreads them, best effort)
@@ -143,6 +148,8 @@ def test_a_ray_data_index_equals_the_single_process_index_and_reruns_from_its_pa
     # the summaries' partitions were all finished: read, not asked again
     assert stats["steps"]["summarize"]["ray_data"]["partitions_reused"] == summaries["partitions"]
     assert stats["llm"].get("summarize", {}).get("calls", 0) == 0
+    assert stats["steps"]["community_reports"]["ray_data"]["partitions_reused"] == reports["partitions"]
+    assert stats["llm"].get("community_reports", {}).get("calls", 0) == 0
     lost = stats["llm"]["extract"]
     assert 0 < lost["calls"] + lost["cache_hits"] <= 2 * (1 + alone.extraction.max_gleanings) * 2
 

@@ -536,6 +536,76 @@ def _bottom_up(comms: dict[int, _Community]) -> list[_Community]:
     return order
 
 
+@dataclass
+class Writer:
+    """What writing any one community's report reads: the graph's rendered rows, the communities,
+    the prompt and the budget. write_reports makes one; a Ray Data worker makes its own from the
+    same tables (ray_data.reports_on_ray) and writes the communities of its partitions with it."""
+
+    el: _Elements
+    comms: dict[int, _Community]
+    settings: Settings
+    language: str
+    template: str
+    today: str
+    checks: Counter[str] = field(default_factory=report_checks.new_counts)
+
+    @property
+    def budget(self) -> int:
+        return self.settings.report_input_tokens()
+
+    async def write(self, c: _Community, reports: dict[int, Report], llm: ChatClient,
+                    packed: _Packed | None = None) -> tuple[Report, dict] | None:
+        """Community `c`'s report and table row, `reports` holding those of its sub-communities
+        written so far; None when the call failed after the client's retries. `packed`: its own
+        elements packed to the budget (self.packed), if the caller has them already."""
+        el, comms, settings, language = self.el, self.comms, self.settings, self.language
+        budget = self.budget
+        packed = packed or self.packed(c)
+        report = None
+        if _isolated_entity(c, el, comms):
+            report = _single_entity_report(c.titles[0], *self.entity_info(c.titles[0]), language)
+        elif _elementary(c, el, comms, settings.reports.llm_min_entities, settings.reports.elementary_roots):
+            report = _elementary_report(c, el, {t: self.entity_info(t) for t in c.titles}, language)
+        if report is not None:
+            return report, _row_of(c, report, 0, False, self.today)
+        context, used_sub = _context(c, el, comms, reports, budget, packed)
+        context, context_tokens = await _fitted(context, budget)
+        messages = to_messages(render(self.template, input_text=context))
+        try:
+            report = await llm.structured(messages, Report, step=STEP, item=str(c.number),
+                                          max_tokens=settings.reports.max_tokens)
+        except LLMError:
+            return None  # the client recorded it in usage too
+        report = _checked(_clean(report), context, c, el, self.checks, language)
+        return report, _row_of(c, report, context_tokens, used_sub, self.today)
+
+    def entity_info(self, title: str) -> tuple[str, object]:
+        """(description, human_readable_id) of an entity."""
+        hid, _, _, description, _ = self.el.entity._sources[title]
+        return str(description), hid
+
+    def packed(self, c: _Community) -> _Packed:
+        """`c`'s own elements packed to the budget: when they do not all fit (`complete`), its
+        context may read its sub-communities' reports, and it must wait for them."""
+        return _pack(self.el, c.titles, c.edge_ids, self.budget)
+
+
+def writer(communities: pd.DataFrame, entities: pd.DataFrame, relationships: pd.DataFrame,
+           covariates: pd.DataFrame | None, *, settings: Settings, language: str, today: str | None = None) -> Writer:
+    """The Writer of these tables' reports."""
+    el = _elements(entities, relationships, covariates)
+    return Writer(el, _communities(communities, el), settings, language,
+                  load_prompt("community_report", language, settings.root), today or dt.date.today().isoformat())
+
+
+def levels_bottom_up(w: Writer) -> list[list[_Community]]:
+    """The communities to write, level by level, deepest first: every community's sub-communities
+    are one level down (communities.py), so a level reads only reports of the levels before it."""
+    order = _bottom_up(w.comms)
+    return [[c for c in order if c.level == level] for level in sorted({c.level for c in order}, reverse=True)]
+
+
 async def write_reports(
     communities: pd.DataFrame,
     entities: pd.DataFrame,
@@ -547,77 +617,42 @@ async def write_reports(
     language: str,
     advance: Callable[[int], None] | None = None,
     counts: dict[str, int] | None = None,
+    elsewhere: Callable[..., tuple[dict[int, tuple[Report, dict] | None], dict[str, int]]] | None = None,
 ) -> tuple[pd.DataFrame, list[str]]:
     """Write one report per community, deepest level first. Returns the community_reports table
     and the communities (numbers, as strings) whose report failed, carried copies included.
-    `counts` is given what the checks of the answers dropped (report_checks.COUNTS)."""
-    checks = report_checks.new_counts()
+    `counts` is given what the checks of the answers dropped (report_checks.COUNTS).
+    `elsewhere(numbers, reports, today=..., advance=...)`: Writer.write's result for each
+    community of one level, computed elsewhere (on a Ray cluster: ray_data.reports_on_ray), and
+    its checks' counts; this process then makes no report call itself."""
     if counts is not None:
-        counts.update(checks)  # zeros, for a table with no community
+        counts.update(report_checks.new_counts())  # zeros, for a table with no community
     if communities.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS}), []
-    el = _elements(entities, relationships, covariates)
-    comms = _communities(communities, el)
-    template = load_prompt("community_report", language, settings.root)
-    budget = settings.report_input_tokens()
-    today = dt.date.today().isoformat()
+    w = writer(communities, entities, relationships, covariates, settings=settings, language=language)
+    comms = w.comms
     reports: dict[int, Report] = {}
     rows: dict[int, dict[str, Any]] = {}
     failed: list[int] = []
 
-    entity_info = {str(r.title): (str(r.description), r.human_readable_id)
-                   for r in entities.itertuples(index=False)}
-
-    # Bottom-up by dependency, not level by level: a community starts as soon as the reports it
-    # may read exist. One whose own elements fit the budget reads none (see _context), so it
-    # starts as soon as it enters the window; only the others wait for their sub-communities. The prompts are exactly
-    # those of a level-by-level run, but no level waits for the slowest report of the level
-    # below, which keeps the client's concurrency busy to the end.
-    finished = {n: asyncio.Event() for n, c in comms.items() if not c.carried}
-
-    async def write(c: _Community) -> None:
-        try:
-            await _write(c)
-        finally:
-            finished[c.number].set()
-
-    async def _write(c: _Community) -> None:
-        packed = _pack(el, c.titles, c.edge_ids, budget)
-        if not packed.complete:
-            for n in c.children:
-                if n in finished:
-                    await finished[n].wait()
-        report = None
-        if _isolated_entity(c, el, comms):
-            report = _single_entity_report(c.titles[0], *entity_info[c.titles[0]], language)
-        elif _elementary(c, el, comms, settings.reports.llm_min_entities, settings.reports.elementary_roots):
-            report = _elementary_report(c, el, entity_info, language)
-        if report is not None:
-            reports[c.number] = report
-            rows[c.number] = _row_of(c, report, 0, False, today)
-            if advance:
-                advance(1)
-            return
-        context, used_sub = _context(c, el, comms, reports, budget, packed)
-        context, context_tokens = await _fitted(context, budget)
-        messages = to_messages(render(template, input_text=context))
-        try:
-            report = await llm.structured(messages, Report, step=STEP, item=str(c.number),
-                                          max_tokens=settings.reports.max_tokens)
-        except LLMError:
-            failed.append(c.number)  # the client recorded it in usage too
+    def keep(c: _Community, done: tuple[Report, dict] | None) -> None:
+        if done is None:
+            failed.append(c.number)
         else:
-            report = _checked(_clean(report), context, c, el, checks, language)
-            reports[c.number] = report
-            rows[c.number] = _row_of(c, report, context_tokens, used_sub, today)
-        if advance:
-            advance(1)
+            reports[c.number], rows[c.number] = done
 
-    # A window of communities in progress, not all of them (each holds its packed elements and
-    # context): in an order where every community comes after its sub-communities, a community
-    # that waits for its sub-communities only waits for ones that entered the window before it,
-    # and those only for earlier ones still, down to ones that wait for nothing.
-    await run_windowed(_bottom_up(comms), write, window=window_of(llm), done=lambda _, __: None)
+    if elsewhere is not None:
+        # Level by level, each level one dataset: its communities read only reports written
+        # in the levels before (the prompts are those of the run below).
+        for level in levels_bottom_up(w):
+            subs = {n: reports[n] for c in level for n in c.children if n in reports}
+            done, checks = await asyncio.to_thread(elsewhere, [c.number for c in level], subs, today=w.today,
+                                                   advance=advance)
+            for c in level:
+                keep(c, done.get(c.number))
+            w.checks.update(checks)
+    else:
+        await _write_here(w, reports, keep, llm, advance)
 
     # Copies reuse the report of the community they copy (their nearest non-carried ancestor).
     for c in sorted((c for c in comms.values() if c.carried), key=lambda c: (c.level, c.number)):
@@ -626,7 +661,7 @@ async def write_reports(
             origin = comms[origin].parent
         if origin in rows:
             src = rows[origin]
-            row = _row_of(c, reports[origin], src["context_tokens"], src["used_sub_reports"], today)
+            row = _row_of(c, reports[origin], src["context_tokens"], src["used_sub_reports"], w.today)
             rows[c.number] = row
         else:
             failed.append(c.number)
@@ -635,5 +670,35 @@ async def write_reports(
 
     table = pd.DataFrame([rows[n] for n in sorted(rows)], columns=COLUMNS)
     if counts is not None:
-        counts.update(checks)
+        counts.update(w.checks)
     return table, [str(n) for n in sorted(failed)]
+
+
+async def _write_here(w: Writer, reports: dict[int, Report], keep: Callable[[_Community, Any], None],
+                      llm: ChatClient, advance: Callable[[int], None] | None) -> None:
+    """Every report written by this process, bottom-up by dependency, not level by level: a
+    community starts as soon as the reports it may read exist. One whose own elements fit the
+    budget reads none (see _context), so it starts as soon as it enters the window; only the
+    others wait for their sub-communities. The prompts are exactly those of a level-by-level run,
+    but no level waits for the slowest report of the level below, which keeps the client's
+    concurrency busy to the end."""
+    finished = {n: asyncio.Event() for n, c in w.comms.items() if not c.carried}
+
+    async def write(c: _Community) -> None:
+        try:
+            packed = w.packed(c)
+            if not packed.complete:
+                for n in c.children:
+                    if n in finished:
+                        await finished[n].wait()
+            keep(c, await w.write(c, reports, llm, packed))
+            if advance:
+                advance(1)
+        finally:
+            finished[c.number].set()
+
+    # A window of communities in progress, not all of them (each holds its packed elements and
+    # context): in an order where every community comes after its sub-communities, a community
+    # that waits for its sub-communities only waits for ones that entered the window before it,
+    # and those only for earlier ones still, down to ones that wait for nothing.
+    await run_windowed(_bottom_up(w.comms), write, window=window_of(llm), done=lambda _, __: None)

@@ -402,12 +402,17 @@ async def _reports(*, communities: pd.DataFrame, entities: pd.DataFrame, relatio
     if lazy:  # an empty table, so every tool that opens an index finds one
         return Output({"community_reports": pd.DataFrame(columns=TABLES["community_reports"])}, stats={"reports": 0})
     checks: dict[str, int] = {}  # what the checks of the answers dropped (report_checks.py)
+    ray_figures: dict[str, int] = {}
+    # On Ray Data each level is one dataset whose workers write the reports; this merges them.
+    elsewhere = functools.partial(ray_data.reports_on_ray, tables=(communities, entities, relationships, covariates),
+                                  settings=settings, language=language, usage=llm.usage,
+                                  figures=ray_figures) if ray_data.enabled(settings) else None
     reports, failed = await community_reports.write_reports(communities, entities, relationships, covariates, llm,
                                                             settings=settings, language=language,
                                                             advance=bar("community reports", len(communities)),
-                                                            counts=checks)
+                                                            counts=checks, elsewhere=elsewhere)
     return Output({"community_reports": reports}, failed=[str(f) for f in failed], items=len(communities),
-                  stats={"reports": len(reports), "checks": checks})
+                  stats={"reports": len(reports), "checks": checks, **({"ray_data": ray_figures} if ray_figures else {})})
 
 
 async def _embed(*, tables: dict[str, pd.DataFrame], embedder: Any, run: embed.EmbeddingRun, out: Path,

@@ -58,7 +58,7 @@ from ..llm.ray_workers import RayUnavailable, one_line, shares
 from ..llm.usage import StepUsage, Usage
 from ..prompts import load_prompt
 from ..store.tables import read_table, write_json_atomic, write_table
-from . import extract, summarize
+from . import community_reports, extract, report_checks, summarize
 from .steps import code_fingerprint
 
 # Partitions an actor works on at once: while one waits on its last, slowest units, the next
@@ -115,7 +115,7 @@ class Worker:
     "summarize": rows key, names, descriptions), each written under `<root>/<kind>/<key>/`."""
 
     def __init__(self, kind: str, settings_json: str, chats: list[str], slots: Any, language: str,
-                 prompts: dict[str, str], root: str):
+                 prompts: dict[str, str], root: str, tables: list[Any] | None = None):
         import ray
 
         from ..config import ChatSettings
@@ -131,6 +131,13 @@ class Worker:
         # One client for the actor's life, made on the actor's event loop at its first call, so
         # that an endpoint found out stays out for the next partitions too (endpoints.py).
         self.llm: Any = None
+        # Reports: the graph every community's context is packed from, from the object store
+        # (`tables` holds its reference: a reference at the top level would be one per actor).
+        self.writer = None
+        if kind == "reports":
+            communities, entities, relationships, covariates, today = ray.get(tables[0])
+            self.writer = community_reports.writer(communities, entities, relationships, covariates,
+                                                   settings=self.settings, language=language, today=today)
 
     async def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
         # Async: the actor runs PARTITIONS_PER_ACTOR partitions at once on one event loop, so its
@@ -153,6 +160,17 @@ class Worker:
             tables = dict(zip(INSTANCES, (result.entities, result.relationships, result.claims)))
             record = {"items": len(units), "failed": result.failed, "stats": result.stats,
                       "self_loops": result.self_loops, "empty_names": result.empty_names}
+        elif self.kind == "reports":
+            # A writer of its own per partition (the same graph): two partitions run at once.
+            w = dataclasses.replace(self.writer, checks=report_checks.new_counts())
+            subs = {int(n): community_reports.Report.model_validate(r) for n, r in json.loads(row["subreports"]).items()}
+            numbers = [int(n) for n in row["numbers"]]
+            done = await asyncio.gather(*(w.write(w.comms[n], subs, llm) for n in numbers))
+            tables = {"reports": pd.DataFrame({"community": numbers,
+                                               "report": [d[0].model_dump_json() if d else "" for d in done],
+                                               "row": [json.dumps(d[1], ensure_ascii=False) if d else "" for d in done]})}
+            record = {"items": len(numbers), "failed": [n for n, d in zip(numbers, done) if d is None],
+                      "checks": dict(w.checks)}
         else:
             names = list(row["names"])
             done = await asyncio.gather(*(summarize.summarize_one(n, list(d), llm, s, self.prompts["summarize"])
@@ -232,8 +250,62 @@ def summarize_on_ray(items: list[tuple[str, list[str]]], *, settings: Settings, 
     return out
 
 
+def reports_on_ray(numbers: list[int], subreports: dict[int, Any], *, tables: tuple[pd.DataFrame | None, ...],
+                   today: str, settings: Settings, language: str, advance: Callable[[int], None] | None = None,
+                   usage: Usage | None = None, figures: dict[str, int] | None = None
+                   ) -> tuple[dict[int, tuple[Any, dict] | None], dict[str, int]]:
+    """community_reports.Writer.write's result for each community of one level (`numbers`),
+    `subreports` holding the reports of the levels below, computed by Ray Data actors in
+    partitions of `ray.partition_units` communities; and the answers' check counts. `tables`:
+    communities, entities, relationships, covariates, which every actor reads from the object
+    store; `figures` gets the partition counts added."""
+    import ray
+
+    raw = _raw_settings(settings)
+    template = load_prompt("community_report", language, settings.root)
+    # Everything a level's reports read besides the communities named and the reports below:
+    # the whole graph (hashed once per level), the prompt, the model and the settings.
+    graph = hashlib.sha256()
+    for table in tables:
+        if table is None:
+            continue
+        graph.update(pd.util.hash_pandas_object(table.astype(str), index=False).values.tobytes())
+        graph.update(json.dumps(list(map(str, table.columns))).encode())
+    fingerprint = _fingerprint(language=language, template=template, model=_chat_identity(settings), today=today,
+                               reports=settings.reports.model_dump(mode="json"),
+                               input_tokens=settings.report_input_tokens(), graph=graph.hexdigest())
+    size = raw.ray.partition_units
+    children = {int(n): [int(c) for c in kids] for n, kids in zip(tables[0]["community"], tables[0]["children"])}
+    rows = []
+    for a in range(0, len(numbers), size):
+        part = numbers[a:a + size]
+        # the reports this partition's communities may read: those of their own sub-communities
+        wanted = {n for c in part for n in children.get(c, [])}
+        subs = {str(n): r.model_dump(mode="json") for n, r in sorted(subreports.items()) if n in wanted}
+        rows.append({"key": _key(fingerprint, [part, subs]), "numbers": part,
+                     "subreports": json.dumps(subs, ensure_ascii=False)})
+    shared = [ray.put((*tables, today))]
+    records, reused = _run("reports", rows, settings=settings, language=language, prompts={}, advance=advance,
+                           usage=usage, tables=shared)
+    root = data_path(raw) / "reports"
+    done: dict[int, tuple[Any, dict] | None] = {}
+    checks: dict[str, int] = {}
+    for row in rows:
+        table = read_table(root / row["key"], "reports")
+        for n, report, written in zip(table["community"].tolist(), table["report"].tolist(), table["row"].tolist()):
+            done[int(n)] = (community_reports.Report.model_validate_json(report), json.loads(written)) if report \
+                else None
+        for name, value in records[row["key"]].get("checks", {}).items():
+            checks[name] = checks.get(name, 0) + value
+    if figures is not None:
+        figures["partitions"] = figures.get("partitions", 0) + len(rows)
+        figures["partitions_reused"] = figures.get("partitions_reused", 0) + reused
+    return done, checks
+
+
 def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language: str, prompts: dict[str, str],
-         advance: Callable[[int], None] | None, usage: Usage | None) -> tuple[dict[str, dict[str, Any]], int]:
+         advance: Callable[[int], None] | None, usage: Usage | None,
+         tables: list[Any] | None = None) -> tuple[dict[str, dict[str, Any]], int]:
     """Each partition's record: read where it is finished, else computed by the actors (its
     usage added to `usage` as it arrives); and how many were finished already."""
     import ray
@@ -278,7 +350,7 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
                                  max_tasks_in_flight_per_actor=PARTITIONS_PER_ACTOR),
                              fn_constructor_kwargs={"kind": kind, "settings_json": raw.model_dump_json(),
                                                     "chats": chats, "slots": slots, "language": language,
-                                                    "prompts": prompts, "root": str(root)})
+                                                    "prompts": prompts, "root": str(root), "tables": tables})
         with _quiet("ray.data"):
             try:
                 for row in out.iter_rows():
