@@ -130,6 +130,12 @@ def test_a_ray_data_index_equals_the_single_process_index_and_reruns_from_its_pa
     levels = len(set(result.tables["communities"]["level"]))
     assert reports["partitions"] >= levels and reports["partitions_reused"] == 0
     assert stats["llm"]["community_reports"]["calls"] >= 1
+    # the embeddings: a dataset per table, embedded by the workers and written here
+    vectors = stats["steps"]["embed"]["ray_data"]
+    assert vectors["partitions"] >= 3 and vectors["partitions_reused"] == 0  # units, entities, reports
+    assert stats["llm"]["embed"]["calls"] >= 3
+    for name in ("text_units", "entities", "community_reports"):  # the same vectors, in the same order
+        assert _vectors(tmp_path / "ray", name).equals(_vectors(tmp_path / "alone", name))
     finished = sorted(shared.glob("extract/*/done.json"))
     assert len(finished) == extract["ray_data"]["partitions"]
     # an answer cache per node that ran an actor (Ray Data spreads them, best effort)
@@ -150,8 +156,18 @@ def test_a_ray_data_index_equals_the_single_process_index_and_reruns_from_its_pa
     assert stats["llm"].get("summarize", {}).get("calls", 0) == 0
     assert stats["steps"]["community_reports"]["ray_data"]["partitions_reused"] == reports["partitions"]
     assert stats["llm"].get("community_reports", {}).get("calls", 0) == 0
+    assert stats["steps"]["embed"]["ray_data"]["partitions_reused"] == vectors["partitions"]
+    assert stats["llm"].get("embed", {}).get("calls", 0) == 0
     lost = stats["llm"]["extract"]
     assert 0 < lost["calls"] + lost["cache_hits"] <= 2 * (1 + alone.extraction.max_gleanings) * 2
+
+
+def _vectors(root: Path, name: str):
+    import pyarrow.parquet as pq
+
+    from sensegraph.store.vectors import vectors_path
+
+    return pq.read_table(vectors_path(root / "output", name))
 
 
 def test_a_ray_data_worker_killed_mid_extraction_loses_no_item(cluster, tmp_path):

@@ -60,8 +60,12 @@ class EmbeddingRun:
     failed list, and the other batches go on: the pipeline names them. The embedder's cache
     means unchanged rows cost nothing on a rerun."""
 
-    def __init__(self, embedder, output_dir: Path):
-        self.embedder, self.output_dir = embedder, Path(output_dir)
+    def __init__(self, embedder, output_dir: Path,
+                 elsewhere: Callable[..., tuple[list[tuple[int, list[str], Any]], list[list[str]]]] | None = None):
+        # `elsewhere(name, ids, texts, advance=...)`: a whole table's batches embedded elsewhere
+        # (on a Ray cluster: ray_data.embed_on_ray), as (number, ids, vectors) per batch and
+        # [number, *ids] per failed one; this process then only writes them.
+        self.embedder, self.output_dir, self.elsewhere = embedder, Path(output_dir), elsewhere
         self.size = max(1, embedder.settings.batch_size)
         self.writers: dict[str, VectorWriter] = {}
         self.counts: dict[str, int] = {}
@@ -71,6 +75,7 @@ class EmbeddingRun:
         self._sources: deque[tuple[str, Iterator[tuple[int, list[str], list[str]]]]] = deque()
         self._more = asyncio.Event()
         self._closed = False
+        self._elsewhere: list[asyncio.Future] = []  # the tables embedded elsewhere, one task each
         self.task = asyncio.ensure_future(self._run())  # cancelling it discards what was written
 
     def add(self, name: str, df: pd.DataFrame, *, lazy: bool = False) -> None:
@@ -82,8 +87,29 @@ class EmbeddingRun:
             raise RuntimeError("finish() was called: no table can be added")
         self.writers[name] = VectorWriter(self.output_dir, name, model=self.embedder.model)
         self.counts[name], self.failed[name] = 0, []
+        if self.elsewhere is not None:
+            text_of = embedded_text(name, lazy=lazy)
+            self._elsewhere.append(asyncio.ensure_future(self._table_elsewhere(
+                name, df["id"].astype(str).tolist(), [text_of(r) for r in df.to_dict("records")])))
+            return
         self._sources.append((name, _batches(df, embedded_text(name, lazy=lazy), self.size)))
         self._more.set()
+
+    async def _table_elsewhere(self, name: str, ids: list[str], texts: list[str]) -> None:
+        loop = asyncio.get_running_loop()
+
+        def advance(n: int) -> None:  # called from the worker thread: counted on this loop
+            loop.call_soon_threadsafe(self._advance, n)
+        batches, failed = await asyncio.to_thread(self.elsewhere, name, ids, texts, advance=advance)
+        for number, batch_ids, vectors in batches:
+            self.writers[name].add(number, batch_ids, vectors)
+            self.counts[name] += len(batch_ids)
+        self.failed[name].extend(failed)
+
+    def _advance(self, n: int) -> None:
+        self.done += n
+        if self.advance:
+            self.advance(n)
 
     async def finish(self) -> tuple[dict[str, int], list[str]]:
         """Wait for every table added; write them. Returns (rows embedded per table, failed rows
@@ -124,16 +150,16 @@ class EmbeddingRun:
             else:
                 self.writers[name].add(number, ids, vectors)
                 self.counts[name] += len(ids)
-            self.done += len(texts)
-            if self.advance:
-                self.advance(len(texts))
+            self._advance(len(texts))
 
     async def _run(self) -> None:
         lanes = [asyncio.ensure_future(self._lane()) for _ in range(window_of(self.embedder))]
         try:
             await asyncio.gather(*lanes)
+            while self._elsewhere:  # (finish() has been called: no table comes any more)
+                await self._elsewhere.pop(0)
         except BaseException:
-            for task in lanes:
+            for task in [*lanes, *self._elsewhere]:
                 task.cancel()
             await asyncio.gather(*lanes, return_exceptions=True)
             for writer in self.writers.values():

@@ -111,7 +111,11 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         # Each vector table is embedded from when its table is known: text units alongside
         # extraction, entities alongside the reports, a lazy index's concepts once its graph is
         # built (embed.EmbeddingRun).
-        vectors = embed.EmbeddingRun(embedder, out)
+        # On Ray Data (with an embedding server) the workers embed each table and this writes it.
+        embed_figures: dict[str, int] = {}
+        vectors = embed.EmbeddingRun(embedder, out, elsewhere=functools.partial(
+            ray_data.embed_on_ray, settings=settings, usage=usage, figures=embed_figures)
+            if ray_data.enabled(settings) and not ray_data.local_embeddings(settings) else None)
         background(vectors.task)
         vectors.add("text_units", units)
         if settings.index_method == "lazy":  # LazyGraphRAG: concepts by NLP instead of 3-4, no reports
@@ -168,7 +172,7 @@ async def run_index(settings: Settings, *, bar: BarFactory = _no_bar, log: Calla
         searched = tables if settings.index_method == "standard" else {"text_units": units,
                                                                        "entities": elements["entities"]}
         await steps.run("embed", _embed, checkpoint=False, tables=searched, embedder=embedder,
-                        extra={"run": vectors, "out": out, "bar": bar})
+                        extra={"run": vectors, "out": out, "bar": bar, "figures": embed_figures})
         if numbering is not None:
             numbering.save(tables)
         stats_path = _finish_stats(stats, usage, failures, out)
@@ -416,11 +420,11 @@ async def _reports(*, communities: pd.DataFrame, entities: pd.DataFrame, relatio
 
 
 async def _embed(*, tables: dict[str, pd.DataFrame], embedder: Any, run: embed.EmbeddingRun, out: Path,
-                 bar: BarFactory, settings: Settings) -> Output:
+                 bar: BarFactory, settings: Settings, figures: dict[str, int]) -> Output:
     # The tables `run` was given earlier (text units, entities) are embedded already or in flight.
     vectors, failed = await embed.embed_tables(tables, embedder, out, run=run,
                                                advance=bar("embeddings", embed.embedding_count(tables)))
-    return Output({}, failed=failed, stats={"vectors": vectors})
+    return Output({}, failed=failed, stats={"vectors": vectors, **({"ray_data": figures} if figures else {})})
 
 
 def _warn_if_empty(units: pd.DataFrame, work: Output, log: Callable[[str], None]) -> None:

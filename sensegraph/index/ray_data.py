@@ -44,6 +44,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -53,7 +54,7 @@ from typing import Any
 import pandas as pd
 
 from ..config import Settings
-from ..llm import Cache, open_chat
+from ..llm import Cache, LLMError, open_chat, open_embedder
 from ..llm.ray_workers import RayUnavailable, one_line, shares
 from ..llm.usage import StepUsage, Usage
 from ..prompts import load_prompt
@@ -118,13 +119,15 @@ class Worker:
                  prompts: dict[str, str], root: str, tables: list[Any] | None = None):
         import ray
 
-        from ..config import ChatSettings
+        from ..config import ChatSettings, EmbeddingSettings
 
         # The actors are alike to Ray Data; each takes the next share of the servers' limits
         # (a restarted actor the share of the one it replaces, give or take), so that together
-        # they never send a server more than its settings allow.
-        share = ChatSettings.model_validate_json(chats[ray.get(slots.take.remote()) % len(chats)])
-        self.settings = Settings.model_validate_json(settings_json).model_copy(update={"chat": share})
+        # they never send a server more than its settings allow. (`chats`: the embedding
+        # section's shares for "embed".)
+        section, model = ("embedding", EmbeddingSettings) if kind == "embed" else ("chat", ChatSettings)
+        share = model.model_validate_json(chats[ray.get(slots.take.remote()) % len(chats)])
+        self.settings = Settings.model_validate_json(settings_json).model_copy(update={section: share})
         self.kind, self.language, self.prompts, self.root = kind, language, prompts, Path(root)
         node = ray.get_runtime_context().get_node_id()
         self.cache = Cache(self.root / "answers" / f"{node}.sqlite")
@@ -143,7 +146,8 @@ class Worker:
         # Async: the actor runs PARTITIONS_PER_ACTOR partitions at once on one event loop, so its
         # share of the servers stays busy while one partition waits on its slowest item.
         if self.llm is None:
-            self.llm = open_chat(self.settings, cache=self.cache)
+            self.llm = open_embedder(self.settings, cache=self.cache) if self.kind == "embed" else \
+                open_chat(self.settings, cache=self.cache)
         return pd.DataFrame([await self._partition(row._asdict()) for row in batch.itertuples(index=False)])
 
     async def _partition(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -151,9 +155,26 @@ class Worker:
         # A view of the actor's client (same servers, limits, cache and outage state) that
         # counts this partition's usage apart from the partitions running beside it.
         llm = copy.copy(self.llm)
-        llm.usage = usage = Usage(s.chat.price_per_1k_prompt, s.chat.price_per_1k_completion)
-        usage.pools["chat"] = llm.endpoints
-        if self.kind == "extract":
+        section = s.embedding if self.kind == "embed" else s.chat
+        llm.usage = usage = Usage(section.price_per_1k_prompt, section.price_per_1k_completion)
+        usage.pools["embedding" if self.kind == "embed" else "chat"] = llm.endpoints
+        if self.kind == "embed":
+            ids, texts, size, first = list(row["ids"]), list(row["texts"]), s.embedding.batch_size, int(row["first"])
+            spans = [(first + n, a) for n, a in enumerate(range(0, len(ids), size))]
+
+            async def one(a: int) -> Any:
+                try:
+                    return await llm.embed(texts[a:a + size], kind="passage", step="embed")
+                except LLMError:
+                    return None
+            done = await asyncio.gather(*(one(a) for _, a in spans))
+            kept = [(n, a, v) for (n, a), v in zip(spans, done) if v is not None]
+            tables = {"vectors": pd.DataFrame({
+                "batch": [n for n, a, v in kept for _ in range(len(v))],
+                "id": [i for n, a, v in kept for i in ids[a:a + len(v)]],
+                "vector": [vector.astype("float32").tobytes() for n, a, v in kept for vector in v]})}
+            record = {"items": len(ids), "failed": [[n, *ids[a:a + size]] for (n, a), v in zip(spans, done) if v is None]}
+        elif self.kind == "extract":
             units = pd.DataFrame({"id": list(row["ids"]), "text": list(row["texts"])})
             result = await extract.extract_graph(units, llm, settings=s, language=self.language,
                                                  prompts=self.prompts)
@@ -178,6 +199,7 @@ class Worker:
             tables = {"summaries": pd.DataFrame({"description": [d for d, _ in done], "ok": [ok for _, ok in done]})}
             record = {"items": len(names), "failed": [n for n, (_, ok) in zip(names, done) if not ok]}
         record["usage"] = {n: dataclasses.asdict(u) for n, u in usage.steps.items()}
+        record["chat"] = self.kind != "embed"  # whose tokens: chat tokens are what a budget counts
         # Written beside the final folder and renamed into place: a reader sees a partition
         # whole or not at all, and a worker killed while writing leaves only a stray folder.
         final = self.root / self.kind / key
@@ -303,6 +325,43 @@ def reports_on_ray(numbers: list[int], subreports: dict[int, Any], *, tables: tu
     return done, checks
 
 
+def local_embeddings(settings: Settings) -> bool:
+    """Whether the embeddings stay in this process although Ray Data is on: the embedded model
+    computes them on this machine's cores (actors beside it would only share those cores)."""
+    return _raw_settings(settings).embedding.provider == "local"
+
+
+def embed_on_ray(name: str, ids: list[str], texts: list[str], *, settings: Settings,
+                 advance: Callable[[int], None] | None = None, usage: Usage | None = None,
+                 figures: dict[str, int] | None = None) -> tuple[list[tuple[int, list[str], Any]], list[list[str]]]:
+    """The passage vectors of `texts` (rows `ids` of table `name`), in batches of
+    embedding.batch_size numbered from 0 as embed.EmbeddingRun numbers them, computed by Ray Data
+    actors in partitions of `ray.partition_units` batches: (number, ids, vectors) per batch that
+    was embedded, and [number, *ids] per batch that failed after retries."""
+    import numpy as np
+
+    raw = _raw_settings(settings)
+    e = raw.embedding
+    fingerprint = _fingerprint(table=name, embedding={"provider": e.provider, "model": e.model,
+                                                      "dimensions": e.dimensions, "batch_size": e.batch_size,
+                                                      "endpoint_models": [x.model for x in e.endpoints if x.model]})
+    step = e.batch_size * raw.ray.partition_units
+    rows = [{"key": _key(fingerprint, [ids[a:a + step], texts[a:a + step]]), "first": a // e.batch_size,
+             "ids": ids[a:a + step], "texts": texts[a:a + step]} for a in range(0, len(ids), step)]
+    records, reused = _run("embed", rows, settings=settings, language="", prompts={}, advance=advance, usage=usage)
+    root = data_path(raw) / "embed"
+    batches: list[tuple[int, list[str], Any]] = []
+    for row in rows:
+        table = read_table(root / row["key"], "vectors")
+        for number, part in table.groupby("batch", sort=True):
+            vectors = np.stack([np.frombuffer(v, dtype=np.float32) for v in part["vector"]])
+            batches.append((int(number), part["id"].astype(str).tolist(), vectors))
+    if figures is not None:
+        figures["partitions"] = figures.get("partitions", 0) + len(rows)
+        figures["partitions_reused"] = figures.get("partitions_reused", 0) + reused
+    return batches, [b for row in rows for b in records[row["key"]]["failed"]]
+
+
 def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language: str, prompts: dict[str, str],
          advance: Callable[[int], None] | None, usage: Usage | None,
          tables: list[Any] | None = None) -> tuple[dict[str, dict[str, Any]], int]:
@@ -339,7 +398,8 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
         os.environ.setdefault("RAY_DATA_USAGE_DISABLED", "1")
         workers = min(len(todo), raw.ray.workers or max(1, len([n for n in ray.nodes() if n.get("Alive")])))
         # Each actor's share of every server's concurrency and rate limits, as --ray splits them.
-        chats = [c.model_dump_json() for c in shares(raw.chat, workers) if c is not None]
+        chats = [c.model_dump_json() for c in shares(raw.embedding if kind == "embed" else raw.chat, workers)
+                 if c is not None]
         slots = ray.remote(num_cpus=0)(_Slots).remote()
         ds = ray.data.from_items(todo, override_num_blocks=len(todo))
         # num_cpus=0: an actor mostly waits on servers. (Ray Data spreads actors over the nodes
@@ -373,21 +433,34 @@ def _record(record: dict[str, Any], key: str, records: dict[str, dict[str, Any]]
     if usage is not None:
         for step, figures in record["usage"].items():
             usage.step(step).add(StepUsage(**figures))
-            usage.chat_prompt_tokens += figures["prompt_tokens"]
-            usage.chat_completion_tokens += figures["completion_tokens"]
+            if record.get("chat", True):
+                usage.chat_prompt_tokens += figures["prompt_tokens"]
+                usage.chat_completion_tokens += figures["completion_tokens"]
+
+
+_QUIET = threading.Lock()
+_quieted: dict[str, tuple[int, int]] = {}  # logger -> (runs quieting it, its level before the first)
 
 
 @contextmanager
 def _quiet(name: str) -> Iterator[None]:
-    """A library logger at ERROR for a while: Ray Data logs each execution's start, end and
-    settings at INFO/WARNING, which would print over the run's own progress bar."""
+    """A library logger at ERROR while any run needs it so: Ray Data logs each execution's start,
+    end and settings at INFO/WARNING, which would print over the run's own progress bar. (Runs
+    overlap: the embeddings' pipeline runs beside extraction's; the last one out restores it.)"""
     logger = logging.getLogger(name)
-    before = logger.level
-    logger.setLevel(logging.ERROR)
+    with _QUIET:
+        runs, before = _quieted.get(name, (0, logger.level))
+        _quieted[name] = (runs + 1, before)
+        logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        logger.setLevel(before)
+        with _QUIET:
+            runs, before = _quieted.pop(name)
+            if runs > 1:
+                _quieted[name] = (runs - 1, before)
+            else:
+                logger.setLevel(before)
 
 
 def _merged(root: Path, keys: list[str], records: dict[str, dict[str, Any]]) -> extract.ExtractionResult:
