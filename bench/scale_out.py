@@ -21,6 +21,7 @@ tokens from the measured per-call and per-unit figures.
     python bench/scale_out.py                 # 400 calls per configuration
     python bench/scale_out.py --calls 800 --concurrency 12 --ray
     python bench/scale_out.py --ray-data --units 400
+    python bench/scale_out.py --ray-data --units 1600 --latency 0.05   # a higher rate: the driver's cost per call
 """
 from __future__ import annotations
 
@@ -153,9 +154,11 @@ def main() -> None:
     ap.add_argument("--ray-data", action="store_true",
                     help="extraction as a Ray Data pipeline with 1, 2 and 4 actors, against one process")
     ap.add_argument("--units", type=int, default=400, help="text units extracted per configuration (--ray-data)")
+    ap.add_argument("--latency", type=float, default=LATENCY,
+                    help="seconds per mock answer (--ray-data; lower it to see the driver's CPU at a higher rate)")
     args = ap.parse_args()
     if args.ray_data:
-        return ray_data_table(args.units, args.concurrency)
+        return ray_data_table(args.units, args.concurrency, args.latency)
     with ExitStack() as stack:
         servers = [stack.enter_context(mock_server_process(LATENCY, "--batch-limit", str(BATCH_LIMIT)))
                    for _ in range(4)]
@@ -179,14 +182,14 @@ def main() -> None:
                     print(f"{n:>10}{rate:>12.1f}{ideal:>8.1f}{rate / ideal:>8.2f}   {spread}")
 
 
-def ray_data_table(units: int, concurrency: int) -> None:
+def ray_data_table(units: int, concurrency: int, latency: float = LATENCY) -> None:
     with ExitStack() as stack:
-        servers = [stack.enter_context(mock_server_process(LATENCY, "--batch-limit", str(BATCH_LIMIT)))
+        servers = [stack.enter_context(mock_server_process(latency, "--batch-limit", str(BATCH_LIMIT)))
                    for _ in range(4)]
         urls = [s.base_url for s in servers]
-        ideal = len(urls) * BATCH_LIMIT / LATENCY
+        ideal = len(urls) * BATCH_LIMIT / latency
         print(f"extraction of {units} text units over {len(urls)} mock endpoints ({BATCH_LIMIT} at once, "
-              f"{LATENCY * 1000:.0f} ms; ideal {ideal:.1f} requests/s)")
+              f"{latency * 1000:.0f} ms; ideal {ideal:.1f} requests/s)")
         print(f"{'mode':>22}{'calls':>7}{'requests/s':>12}{'share':>7}{'driver CPU ms/call':>20}"
               f"{'driver cores':>14}{'peak RSS MB':>13}")
         rows = [("one process", extract_once(urls, units, concurrency))]

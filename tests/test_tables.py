@@ -130,3 +130,17 @@ def test_tables_match_microsoft_index(shared_data: Path):
         assert columns == ms, name
         # and our reader opens their files
         assert list(read_table(folder, name).columns) == ms
+
+
+def test_parts_read_as_one_table_in_their_order_an_empty_part_taking_the_others_types(tmp_path):
+    from sensegraph.store.tables import read_parts
+
+    parts = [pd.DataFrame({"name": ["A", "B"], "ids": [["u1"], ["u1", "u2"]], "n": [1, 2]}),
+             pd.DataFrame({"name": [None], "ids": [None], "n": [None]}).iloc[:0],  # no rows: null-typed columns
+             pd.DataFrame({"name": ["C"], "ids": [["u3"]], "n": [3]})]
+    for i, part in enumerate(parts):
+        write_table(part, tmp_path / f"p{i}", "instances")
+    df = read_parts([tmp_path / f"p{i}" for i in (2, 0, 1)], "instances")
+    assert df["name"].tolist() == ["C", "A", "B"]
+    assert df["ids"].tolist() == [["u3"], ["u1"], ["u1", "u2"]]  # lists, not numpy arrays
+    assert df["n"].tolist() == [3, 1, 2]

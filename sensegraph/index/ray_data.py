@@ -1,23 +1,30 @@
-"""Extraction and description summaries as Ray Data pipelines (`sensegraph index --ray ADDRESS
---ray-data`): the workers do the per-item work, the driver only merges.
+"""The LLM steps as Ray Data pipelines (`sensegraph index --ray ADDRESS --ray-data`): the workers
+do the per-item work, the driver only merges.
 
 With `--ray` alone the driver builds every prompt, checks the cache, parses every answer and
 sends only the HTTP request to a worker (llm/ray_workers.py): one driver core caps the run near
-200-300 calls/s. Here the extraction step, the largest LLM step, is a `ray.data` dataset of
-partitions (consecutive runs of `ray.partition_units` text units) mapped by a pool of actors;
-the summary step likewise maps partitions of the merged entities and relationships (names and
-descriptions) to their summaries (`summarize_on_ray`).
-Each actor owns a chat client with its own answer cache and the outage model of endpoints.py
-(one process's), renders the prompts, makes and checks the calls exactly as a single process
-does (extract.extract_graph on the partition's units), writes the partition's instance tables
-as parquet and hands the driver back one row: the partition, its failed units, its counts and
-its usage. The driver then reads the partitions' tables in order and concatenates them.
+200-300 calls/s. Here each step that calls a model is a `ray.data` dataset of partitions mapped
+by a pool of actors:
+- extraction: consecutive runs of `ray.partition_units` text units (extract_on_ray);
+- description summaries: runs of the merged entities and relationships that have several
+  descriptions (summarize_on_ray);
+- community reports: one dataset per level, deepest first, since a community's context may
+  read its sub-communities' reports (reports_on_ray; clustering and the order stay here). The
+  graph goes to the object store once per level; each actor builds the same
+  community_reports.Writer from it that one process uses;
+- embeddings: runs of batches of one table's texts (embed_on_ray). The embedded local embedder
+  is not sent: it computes on this machine's cores, which local actors would only share.
+Each actor owns a client (chat or embedding) with its own answer cache and the outage model of
+endpoints.py (one process's), renders the prompts, makes and checks the calls exactly as a
+single process does, writes the partition's tables as parquet and hands the driver back one
+row: the partition, its failed items, its counts and its usage. The driver then reads the
+partitions' tables in order and concatenates them.
 
 Checkpoints, and where the answers live (the choice the design had to make):
-- A finished partition is a folder `<ray.data_path>/extract/<key>/` (parquet files, then
-  `done.json` written last). `<key>` hashes the partition's unit ids and texts with everything
-  that decides its answers (the code, the extraction and chat settings, the model, the
-  language, the prompts), so a rerun skips every partition whose folder is complete and
+- A finished partition is a folder `<ray.data_path>/<step>/<key>/` (parquet files, then
+  `done.json` written last). `<key>` hashes the partition's items with everything that decides
+  its answers (the code, the step's and the model's settings, the model, the language, the
+  prompts; for reports the whole graph and the reports below), so a rerun skips every partition whose folder is complete and
   nothing it reads has changed; a changed setting gives new keys, never a stale partition.
 - The partitions carry the answers that matter: a node lost after a partition finished costs
   nothing, whoever reads it next. The answer cache is per node
@@ -28,11 +35,13 @@ Checkpoints, and where the answers live (the choice the design had to make):
 - `ray.data_path` must be a folder every node can read and write: the default (the project's
   cache folder) is right for one machine; a cluster needs a shared filesystem path.
 
-What is the same as a single process: the tables. Extraction of a unit reads only that unit,
-rows come out in unit order, and a partition is a run of consecutive units, so concatenating
-the partitions in order gives the single-process tables (tests/test_ray.py checks it on a real
-local cluster). The spaCy pass that adds missed names, and everything after extraction, stays on
-the driver.
+What is the same as a single process: the tables and vectors. Extraction of a unit reads only
+that unit, rows come out in unit order, and a partition is a run of consecutive units, so
+concatenating the partitions in order gives the single-process tables; a report reads only its
+community's elements and the reports below, which a level-by-level run has written (one process
+runs by dependency, with the same prompts). tests/test_ray.py checks it on a real local
+cluster. The spaCy pass that adds missed names, entity resolution and clustering stay on the
+driver.
 """
 from __future__ import annotations
 
@@ -58,7 +67,7 @@ from ..llm import Cache, LLMError, open_chat, open_embedder
 from ..llm.ray_workers import RayUnavailable, one_line, shares
 from ..llm.usage import StepUsage, Usage
 from ..prompts import load_prompt
-from ..store.tables import read_table, write_json_atomic, write_table
+from ..store.tables import read_parts, read_table, write_json_atomic, write_table
 from . import community_reports, extract, report_checks, summarize
 from .steps import code_fingerprint
 
@@ -368,6 +377,7 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
     """Each partition's record: read where it is finished, else computed by the actors (its
     usage added to `usage` as it arrives); and how many were finished already."""
     import ray
+    import ray.util.scheduling_strategies
 
     # The ray section is read from the settings themselves, not through the step's recorder:
     # how the work is spread must not rerun a step whose tables it does not change.
@@ -400,7 +410,11 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
         # Each actor's share of every server's concurrency and rate limits, as --ray splits them.
         chats = [c.model_dump_json() for c in shares(raw.embedding if kind == "embed" else raw.chat, workers)
                  if c is not None]
-        slots = ray.remote(num_cpus=0)(_Slots).remote()
+        # On the driver's node: an actor restarted after its node died must still find it (on
+        # the node that died, it would die with the actors it numbers).
+        here = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False)
+        slots = ray.remote(num_cpus=0)(_Slots).options(scheduling_strategy=here).remote()
         ds = ray.data.from_items(todo, override_num_blocks=len(todo))
         # num_cpus=0: an actor mostly waits on servers. (Ray Data spreads actors over the nodes
         # by default, best effort.)
@@ -464,19 +478,14 @@ def _quiet(name: str) -> Iterator[None]:
 
 
 def _merged(root: Path, keys: list[str], records: dict[str, dict[str, Any]]) -> extract.ExtractionResult:
-    tables = {n: [read_table(root / "extract" / k, n) for k in keys] for n in INSTANCES}
+    tables = {n: read_parts([root / "extract" / k for k in keys], n) for n in INSTANCES}
     stats: dict[str, int] = {}
     for k in keys:
         for name, value in records[k]["stats"].items():
             stats[name] = stats.get(name, 0) + value
-
-    def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-        kept = [f for f in frames if not f.empty]
-        return pd.concat(kept, ignore_index=True) if kept else frames[0]
     return extract.ExtractionResult(
-        entities=concat(tables["entity_instances"]), relationships=concat(tables["relationship_instances"]),
-        claims=concat(tables["claim_instances"]),
-        failed=[u for k in keys for u in records[k]["failed"]],
+        entities=tables["entity_instances"], relationships=tables["relationship_instances"],
+        claims=tables["claim_instances"], failed=[u for k in keys for u in records[k]["failed"]],
         self_loops=sum(records[k]["self_loops"] for k in keys),
         empty_names=sum(records[k]["empty_names"] for k in keys), stats=stats)
 
