@@ -184,63 +184,6 @@ def test_a_ray_data_worker_killed_mid_extraction_loses_no_item(cluster, tmp_path
     assert snapshot(tmp_path / "ray" / "output") == snapshot(tmp_path / "alone" / "output")
 
 
-def test_a_ray_data_worker_node_killed_mid_run_loses_no_item(cluster, tmp_path):
-    # A third node joins for this test; once an actor runs there and extraction is under way,
-    # the whole node dies (its raylet, object store and workers: SIGKILL to its process group).
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    node = subprocess.Popen([*RAY, "start", f"--address={cluster}", "--num-cpus=1", "--block"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not _raylet(node.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(2)  # (registered with the head a moment after its raylet starts)
-        data = {"address": cluster, "data": True, "data_path": str(tmp_path / "partitions"), "partition_units": 1,
-                "workers": 3}  # one actor per node: Ray Data spreads them
-        with start_mock_server(latency=0.3) as a, start_mock_server(latency=0.3) as b:
-            settings = project(tmp_path / "ray", [a.base_url, b.base_url], ray=data)
-            seen: list[bool] = []
-
-            def kill_node() -> None:
-                deadline = time.monotonic() + 90
-                while time.monotonic() < deadline and not (
-                        a.stats["requests"] + b.stats["requests"] >= 4 and _workers_of(node.pid, "MapBatches")):
-                    time.sleep(0.05)
-                actors = _workers_of(node.pid, "MapBatches")
-                seen.append(bool(actors))
-                for pid in _workers_of(node.pid, ""):  # each worker has a process group of its own
-                    os.kill(int(pid), signal.SIGKILL)
-                os.killpg(node.pid, signal.SIGKILL)
-
-            killer = threading.Thread(target=kill_node)
-            killer.start()
-            # Ray Data restarts the node's actors elsewhere and runs their partitions again; the
-            # actor that numbers them stays on the driver's node, so the restarted ones find it.
-            result = asyncio.run(run_index(settings, log=lambda m: None))
-            killer.join()
-            alone = project(tmp_path / "alone", [a.base_url, b.base_url])
-            asyncio.run(run_index(alone, log=lambda m: None))
-    finally:
-        if node.poll() is None:
-            os.killpg(node.pid, signal.SIGKILL)
-        node.wait()
-    assert seen == [True]  # an actor was on the node when it died
-    assert not result.failures
-    assert snapshot(tmp_path / "ray" / "output") == snapshot(tmp_path / "alone" / "output")
-
-
-def _raylet(pgid: int) -> list[str]:
-    """The pid of the raylet of the node started in process group `pgid` (or nothing yet)."""
-    return subprocess.run(["pgrep", "-g", str(pgid), "-f", "raylet/raylet"], capture_output=True, text=True).stdout.split()
-
-
-def _workers_of(pgid: int, pattern: str) -> list[str]:
-    """Pids of that node's worker processes whose command line matches `pattern` (the raylet
-    starts them, each in a process group of its own)."""
-    return [pid for raylet in _raylet(pgid) for pid in subprocess.run(
-        ["pgrep", "-P", raylet, "-f", pattern or "."], capture_output=True, text=True).stdout.split()]
-
-
 def test_ray_data_actors_together_keep_each_servers_concurrency(cluster, tmp_path):
     # 36 units in two partitions, extracted at once by two actors (seconds each, so the two
     # overlap): each has half of each server's concurrency of 4, so no server ever has more than
@@ -252,8 +195,10 @@ def test_ray_data_actors_together_keep_each_servers_concurrency(cluster, tmp_pat
         write_docs(tmp_path, {f"more{i}.txt": text.replace("Jane", f"Ann{i}") for i, text in
                               enumerate(list(DOCS.values()) * 5)})
         result = asyncio.run(run_index(settings, log=lambda m: None))
-    assert not result.failures and len(result.tables["text_units"]) == 36
-    assert 2 <= max(a.stats["max_in_flight"], b.stats["max_in_flight"]) <= 4
+    assert not result.failures, result.failures
+    assert len(result.tables["text_units"]) == 36
+    in_flight = [a.stats["max_in_flight"], b.stats["max_in_flight"]]
+    assert 2 <= max(in_flight) <= 4, in_flight
 
 
 def test_a_ray_data_path_that_cannot_be_written_fails_in_one_line_that_names_it(cluster, tmp_path):
