@@ -22,6 +22,7 @@ tokens from the measured per-call and per-unit figures.
     python bench/scale_out.py --calls 800 --concurrency 12 --ray
     python bench/scale_out.py --ray-data --units 400
     python bench/scale_out.py --ray-data --units 1600 --latency 0.05   # a higher rate: the driver's cost per call
+    python bench/scale_out.py --memory --units 1600 --latency 0.05     # the driver's memory at 1x, 2x, 4x units
 """
 from __future__ import annotations
 
@@ -95,10 +96,39 @@ def extraction_settings(urls: list[str], concurrency: int, root: str, address: s
                          "data_path": os.path.join(root, f"ray-data-{workers}")})
 
 
+class PeakRSS:
+    """The process's resident memory sampled every 20 ms while the block runs: its peak above the
+    start (ru_maxrss is the peak of the process's whole life, so a second run would only repeat
+    the first's)."""
+
+    def __enter__(self) -> "PeakRSS":
+        import threading
+
+        self.start = self.peak = rss_mb()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.02):
+            self.peak = max(self.peak, rss_mb())
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.peak = max(self.peak, rss_mb())
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def extract_once(urls: list[str], units: int, concurrency: int, address: str | None = None,
                  workers: int = 0) -> dict[str, float]:
-    """One extraction of `units` text units: requests/s, driver CPU ms per call, peak RSS MB."""
-    import resource
+    """One extraction of `units` text units: requests/s, driver CPU ms per call, the driver's
+    resident memory at its peak and how much of it the run added, and the merged tables' size."""
     import tempfile
 
     import pandas as pd
@@ -110,22 +140,25 @@ def extract_once(urls: list[str], units: int, concurrency: int, address: str | N
     with tempfile.TemporaryDirectory(prefix="sensegraph-scale-") as root:
         settings = extraction_settings(urls, concurrency, root, address, workers)
         usage = Usage()
-        cpu, t0 = time.process_time(), time.perf_counter()
-        if address:
-            result, _ = ray_data.extract_on_ray(table, settings=settings, language="en", usage=usage)
-        else:
-            async def alone() -> extract.ExtractionResult:
-                client = ChatClient(settings.chat, cache=None, usage=usage)
-                try:
-                    return await extract.extract_graph(table, client, settings=settings, language="en")
-                finally:
-                    await client.aclose()
-            result = asyncio.run(alone())
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
+        async def alone() -> extract.ExtractionResult:
+            client = ChatClient(settings.chat, cache=None, usage=usage)
+            try:
+                return await extract.extract_graph(table, client, settings=settings, language="en")
+            finally:
+                await client.aclose()
+        with PeakRSS() as memory:
+            cpu, t0 = time.process_time(), time.perf_counter()
+            if address:
+                result, _ = ray_data.extract_on_ray(table, settings=settings, language="en", usage=usage)
+            else:
+                result = asyncio.run(alone())
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
     assert not result.failed, result.failed[:5]
     calls = usage.total().calls
+    merged = sum(t.memory_usage(deep=True).sum() for t in (result.entities, result.relationships, result.claims))
     return {"calls": calls, "rate": calls / seconds, "cpu_ms": 1000 * cpu / max(calls, 1), "cores": cpu / seconds,
-            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "seconds": seconds}
+            "rss_mb": memory.peak, "added_mb": memory.peak - memory.start, "tables_mb": merged / 2**20,
+            "seconds": seconds}
 
 
 @contextmanager
@@ -156,7 +189,17 @@ def main() -> None:
     ap.add_argument("--units", type=int, default=400, help="text units extracted per configuration (--ray-data)")
     ap.add_argument("--latency", type=float, default=LATENCY,
                     help="seconds per mock answer (--ray-data; lower it to see the driver's CPU at a higher rate)")
+    ap.add_argument("--memory", action="store_true",
+                    help="the driver's memory as the corpus grows: --units x1, x2, x4 in one process and with "
+                         "Ray Data (2 actors), against the size of the merged tables")
+    ap.add_argument("--measure-one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--urls", help=argparse.SUPPRESS)
+    ap.add_argument("--address", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.measure_one:
+        return measure_one(args.measure_one, args.urls.split(","), args.concurrency, args.address)
+    if args.memory:
+        return memory_table(args.units, args.concurrency, args.latency)
     if args.ray_data:
         return ray_data_table(args.units, args.concurrency, args.latency)
     with ExitStack() as stack:
@@ -182,6 +225,51 @@ def main() -> None:
                     print(f"{n:>10}{rate:>12.1f}{ideal:>8.1f}{rate / ideal:>8.2f}   {spread}")
 
 
+def memory_table(units: int, concurrency: int, latency: float) -> None:
+    """What the driver's memory grows with: the run's peak above its start, against the merged
+    instance tables it returns, for 1, 2 and 4 times `units`; each run in a fresh process (in one
+    process the allocator keeps the first run's memory and lends it to the next)."""
+    import json
+
+    def measured(n: int, address: str | None) -> dict[str, float]:
+        args = [sys.executable, __file__, "--measure-one", str(n), "--urls", ",".join(urls),
+                "--concurrency", str(concurrency), *(["--address", address] if address else [])]
+        done = subprocess.run(args, check=True, capture_output=True, text=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    with ExitStack() as stack:
+        urls = [stack.enter_context(mock_server_process(latency, "--batch-limit", str(BATCH_LIMIT))).base_url
+                for _ in range(4)]
+        print(f"extraction over {len(urls)} mock endpoints ({BATCH_LIMIT} at once, {latency * 1000:.0f} ms): the "
+              f"driver's resident memory, sampled every 20 ms, each run in a fresh process")
+        print(f"{'mode':>22}{'units':>8}{'calls':>8}{'run added MB':>14}{'merged tables MB':>18}"
+              f"{'added - tables':>16}")
+        rows = [("one process", units * n, measured(units * n, None)) for n in (1, 2, 4)]
+        with local_cluster(3) as address:
+            rows += [("Ray Data, 2 actors", units * n, measured(units * n, address)) for n in (1, 2, 4)]
+        for name, u, r in rows:
+            print(f"{name:>22}{u:>8}{r['calls']:>8}{r['added_mb']:>14.1f}{r['tables_mb']:>18.1f}"
+                  f"{r['added_mb'] - r['tables_mb']:>16.1f}")
+        for name in ("one process", "Ray Data, 2 actors"):
+            mine = [(u, r) for n, u, r in rows if n == name]
+            (u0, a), (u1, b) = mine[0], mine[-1]
+            slope = ((b["added_mb"] - b["tables_mb"]) - (a["added_mb"] - a["tables_mb"])) / (u1 - u0) * 1000
+            print(f"{name}: beyond the merged tables, {slope:+.2f} MB per 1,000 more units")
+
+
+def measure_one(units: int, urls: list[str], concurrency: int, address: str | None) -> None:
+    """One run for memory_table, in this fresh process: its figures as one JSON line."""
+    import json
+
+    if address:
+        import ray
+
+        from sensegraph.llm.ray_workers import _connect
+        _connect(ray, address)
+        extract_once(urls, max(1, units // 8), concurrency, address, 2)  # Ray Data's own start-up, not counted
+    print(json.dumps(extract_once(urls, units, concurrency, address, 2 if address else 0)))
+
+
 def ray_data_table(units: int, concurrency: int, latency: float = LATENCY) -> None:
     with ExitStack() as stack:
         servers = [stack.enter_context(mock_server_process(latency, "--batch-limit", str(BATCH_LIMIT)))
@@ -191,7 +279,7 @@ def ray_data_table(units: int, concurrency: int, latency: float = LATENCY) -> No
         print(f"extraction of {units} text units over {len(urls)} mock endpoints ({BATCH_LIMIT} at once, "
               f"{latency * 1000:.0f} ms; ideal {ideal:.1f} requests/s)")
         print(f"{'mode':>22}{'calls':>7}{'requests/s':>12}{'share':>7}{'driver CPU ms/call':>20}"
-              f"{'driver cores':>14}{'peak RSS MB':>13}")
+              f"{'driver cores':>14}{'peak RSS MB':>13}{'run added MB':>14}")
         rows = [("one process", extract_once(urls, units, concurrency))]
         with local_cluster(4) as address:
             import ray
@@ -203,7 +291,7 @@ def ray_data_table(units: int, concurrency: int, latency: float = LATENCY) -> No
             ray.shutdown()
         for name, r in rows:
             print(f"{name:>22}{r['calls']:>7}{r['rate']:>12.1f}{r['rate'] / ideal:>7.2f}{r['cpu_ms']:>20.3f}"
-                  f"{r['cores']:>14.3f}{r['rss_mb']:>13.0f}")
+                  f"{r['cores']:>14.3f}{r['rss_mb']:>13.0f}{r['added_mb']:>14.1f}")
         best = rows[-1][1]
         # With Ray Data the driver's CPU goes to the streaming executor's loop and Ray's own
         # threads, which run for the step's time whatever the rate: at a cluster's rate the
