@@ -36,6 +36,7 @@ from contextlib import ExitStack, contextmanager
 
 from pydantic import BaseModel
 
+from index_overhead import MemorySampler
 from mock_process import free_port, mock_server_process
 from sensegraph.config import ChatSettings, EmbeddingSettings, Settings
 from sensegraph.llm import ChatClient
@@ -96,35 +97,6 @@ def extraction_settings(urls: list[str], concurrency: int, root: str, address: s
                          "data_path": os.path.join(root, f"ray-data-{workers}")})
 
 
-class PeakRSS:
-    """The process's resident memory sampled every 20 ms while the block runs: its peak above the
-    start (ru_maxrss is the peak of the process's whole life, so a second run would only repeat
-    the first's)."""
-
-    def __enter__(self) -> "PeakRSS":
-        import threading
-
-        self.start = self.peak = rss_mb()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self.stop.wait(0.02):
-            self.peak = max(self.peak, rss_mb())
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-        self.peak = max(self.peak, rss_mb())
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 def extract_once(urls: list[str], units: int, concurrency: int, address: str | None = None,
                  workers: int = 0) -> dict[str, float]:
     """One extraction of `units` text units: requests/s, driver CPU ms per call, the driver's
@@ -146,18 +118,23 @@ def extract_once(urls: list[str], units: int, concurrency: int, address: str | N
                 return await extract.extract_graph(table, client, settings=settings, language="en")
             finally:
                 await client.aclose()
-        with PeakRSS() as memory:
+        # The run's own peak above its start (ru_maxrss is the peak of the process's whole life,
+        # so a second run in one process would only repeat the first's).
+        memory = MemorySampler()
+        start = memory.rss_mb()
+        with memory:
             cpu, t0 = time.process_time(), time.perf_counter()
             if address:
                 result, _ = ray_data.extract_on_ray(table, settings=settings, language="en", usage=usage)
             else:
                 result = asyncio.run(alone())
             seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
+        peak = max(memory.peaks.get(memory.step, start), memory.rss_mb())
     assert not result.failed, result.failed[:5]
     calls = usage.total().calls
     merged = sum(t.memory_usage(deep=True).sum() for t in (result.entities, result.relationships, result.claims))
     return {"calls": calls, "rate": calls / seconds, "cpu_ms": 1000 * cpu / max(calls, 1), "cores": cpu / seconds,
-            "rss_mb": memory.peak, "added_mb": memory.peak - memory.start, "tables_mb": merged / 2**20,
+            "rss_mb": peak, "added_mb": peak - start, "tables_mb": merged / 2**20,
             "seconds": seconds}
 
 
