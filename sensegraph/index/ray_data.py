@@ -157,7 +157,8 @@ class Worker:
         if self.llm is None:
             self.llm = open_embedder(self.settings, cache=self.cache) if self.kind == "embed" else \
                 open_chat(self.settings, cache=self.cache)
-        return pd.DataFrame([await self._partition(row._asdict()) for row in batch.itertuples(index=False)])
+        return pd.DataFrame([await self._partition(_read_input(self.root, self.kind, str(key)))
+                             for key in batch["key"]])
 
     async def _partition(self, row: dict[str, Any]) -> dict[str, Any]:
         s, key = self.settings, row["key"]
@@ -415,7 +416,11 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
         here = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False)
         slots = ray.remote(num_cpus=0)(_Slots).options(scheduling_strategy=here).remote()
-        ds = ray.data.from_items(todo, override_num_blocks=len(todo))
+        # The items go by reference: each partition's written where the workers read it, the
+        # dataset holding only keys, so the driver keeps no second copy of every text.
+        for row in todo:
+            _write_input(root, kind, row)
+        ds = ray.data.from_items([{"key": row["key"]} for row in todo], override_num_blocks=len(todo))
         # num_cpus=0: an actor mostly waits on servers. (Ray Data spreads actors over the nodes
         # by default, best effort.)
         out = ds.map_batches(Worker, batch_size=1, batch_format="pandas", num_cpus=0,
@@ -435,7 +440,31 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
                                      f"are kept in {root}, a rerun continues from them") from None
             finally:
                 ray.kill(slots)
+                for row in todo:
+                    _input_path(root, kind, row["key"]).unlink(missing_ok=True)
     return records, len(rows) - len(todo)
+
+
+def _input_path(root: Path, kind: str, key: str) -> Path:
+    return root / "inputs" / kind / f"{key}.parquet"
+
+
+def _write_input(root: Path, kind: str, row: dict[str, Any]) -> None:
+    """A partition's items (the row _run was given) as one parquet row for its worker to read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = _input_path(root, kind, row["key"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    pq.write_table(pa.Table.from_pylist([row]), scratch)
+    os.replace(scratch, path)  # a worker never reads half a file
+
+
+def _read_input(root: Path, kind: str, key: str) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(_input_path(root, kind, key)).to_pylist()[0]
 
 
 def _record(record: dict[str, Any], key: str, records: dict[str, dict[str, Any]],
