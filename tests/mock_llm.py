@@ -355,6 +355,9 @@ class MockServer:
         self._by_fault: Counter[str] = Counter()
         self._in_flight = 0
         self._max_in_flight = 0
+        # per kind too: a client's chat and embedding sections have limits of their own
+        self._in_flight_by_kind: Counter[str] = Counter()
+        self._max_in_flight_by_kind: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -373,17 +376,20 @@ class MockServer:
     @property
     def stats(self) -> dict[str, Any]:
         """requests (total), by_kind ("chat", "embeddings", "other"), by_fault ("ok", "429", ...),
-        in_flight and max_in_flight (requests being answered at once, seen by the server)."""
+        in_flight and max_in_flight (requests being answered at once, seen by the server), and
+        max_in_flight_by_kind."""
         with self._lock:
             return {"requests": sum(self._by_kind.values()), "by_kind": dict(self._by_kind),
                     "by_fault": dict(self._by_fault), "in_flight": self._in_flight,
-                    "max_in_flight": self._max_in_flight}
+                    "max_in_flight": self._max_in_flight,
+                    "max_in_flight_by_kind": dict(self._max_in_flight_by_kind)}
 
     def reset_stats(self) -> None:
         with self._lock:
             self._by_kind.clear()
             self._by_fault.clear()
             self._max_in_flight = self._in_flight
+            self._max_in_flight_by_kind = Counter(self._in_flight_by_kind)
             self.requests.clear()
 
     def start(self) -> "MockServer":
@@ -514,6 +520,8 @@ class MockServer:
             self._by_kind[kind] += 1
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
+            self._in_flight_by_kind[kind] += 1
+            self._max_in_flight_by_kind[kind] = max(self._max_in_flight_by_kind[kind], self._in_flight_by_kind[kind])
         try:
             if kind == "other":
                 if method == "GET" and path.endswith("/models"):
@@ -574,6 +582,7 @@ class MockServer:
         finally:
             with self._lock:
                 self._in_flight -= 1
+                self._in_flight_by_kind[kind] -= 1
 
     def _chat(self, writer: asyncio.StreamWriter, body: dict[str, Any], digest: bytes, fault: str) -> None:
         # (tests replace _chat_answer with three-argument versions: pass options only when set)
