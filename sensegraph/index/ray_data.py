@@ -14,10 +14,13 @@ by a pool of actors:
   community_reports.Writer from it that one process uses;
 - embeddings: runs of batches of one table's texts (embed_on_ray). The embedded local embedder
   is not sent: it computes on this machine's cores, which local actors would only share.
-Each actor owns a client (chat or embedding) with its own answer cache and the outage model of
-endpoints.py (one process's), renders the prompts, makes and checks the calls exactly as a
-single process does, writes the partition's tables as parquet and hands the driver back one
-row: the partition, its failed items, its counts and its usage. The driver then reads the
+The driver writes each partition's items to `<ray.data_path>/inputs/<step>-<run>/<key>.parquet`
+and the dataset holds only those paths, so the items are not held twice on the driver (once in
+its tables, once in the dataset it sends); the folder is removed when the step ends. Each actor
+reads its partition's items, owns a client (chat or embedding) with its own answer cache and
+the outage model of endpoints.py (one process's), renders the prompts, makes and checks the
+calls exactly as a single process does, writes the partition's tables as parquet and hands the
+driver back one row: the partition, its failed items, its counts and its usage. The driver then reads the
 partitions' tables in order and concatenates them.
 
 Checkpoints, and where the answers live (the choice the design had to make):
@@ -157,8 +160,7 @@ class Worker:
         if self.llm is None:
             self.llm = open_embedder(self.settings, cache=self.cache) if self.kind == "embed" else \
                 open_chat(self.settings, cache=self.cache)
-        return pd.DataFrame([await self._partition(_read_input(self.root, self.kind, str(key)))
-                             for key in batch["key"]])
+        return pd.DataFrame([await self._partition(_read_input(Path(path))) for path in batch["input"]])
 
     async def _partition(self, row: dict[str, Any]) -> dict[str, Any]:
         s, key = self.settings, row["key"]
@@ -417,10 +419,12 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
             ray.get_runtime_context().get_node_id(), soft=False)
         slots = ray.remote(num_cpus=0)(_Slots).options(scheduling_strategy=here).remote()
         # The items go by reference: each partition's written where the workers read it, the
-        # dataset holding only keys, so the driver keeps no second copy of every text.
-        for row in todo:
-            _write_input(root, kind, row)
-        ds = ray.data.from_items([{"key": row["key"]} for row in todo], override_num_blocks=len(todo))
+        # dataset holding only paths, so the driver keeps no second copy of every text. A folder
+        # per run: two runs on one data_path may share a partition, and neither may remove the
+        # other's file.
+        inputs = root / "inputs" / f"{kind}-{uuid.uuid4().hex[:12]}"
+        paths = [_write_input(inputs, row) for row in todo]
+        ds = ray.data.from_items([{"input": str(path)} for path in paths], override_num_blocks=len(todo))
         # num_cpus=0: an actor mostly waits on servers. (Ray Data spreads actors over the nodes
         # by default, best effort.)
         out = ds.map_batches(Worker, batch_size=1, batch_format="pandas", num_cpus=0,
@@ -440,31 +444,27 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
                                      f"are kept in {root}, a rerun continues from them") from None
             finally:
                 ray.kill(slots)
-                for row in todo:
-                    _input_path(root, kind, row["key"]).unlink(missing_ok=True)
+                shutil.rmtree(inputs, ignore_errors=True)
     return records, len(rows) - len(todo)
 
 
-def _input_path(root: Path, kind: str, key: str) -> Path:
-    return root / "inputs" / kind / f"{key}.parquet"
-
-
-def _write_input(root: Path, kind: str, row: dict[str, Any]) -> None:
+def _write_input(folder: Path, row: dict[str, Any]) -> Path:
     """A partition's items (the row _run was given) as one parquet row for its worker to read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = _input_path(root, kind, row["key"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{row['key']}.parquet"
+    scratch = path.with_name(f"{path.name}.tmp")
     pq.write_table(pa.Table.from_pylist([row]), scratch)
     os.replace(scratch, path)  # a worker never reads half a file
+    return path
 
 
-def _read_input(root: Path, kind: str, key: str) -> dict[str, Any]:
+def _read_input(path: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
-    return pq.read_table(_input_path(root, kind, key)).to_pylist()[0]
+    return pq.read_table(path).to_pylist()[0]
 
 
 def _record(record: dict[str, Any], key: str, records: dict[str, dict[str, Any]],
