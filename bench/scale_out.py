@@ -122,6 +122,7 @@ def extract_once(urls: list[str], units: int, concurrency: int, address: str | N
         # so a second run in one process would only repeat the first's).
         memory = MemorySampler()
         start = memory.rss_mb()
+        threads = thread_cpu()
         with memory:
             cpu, t0 = time.process_time(), time.perf_counter()
             if address:
@@ -129,13 +130,41 @@ def extract_once(urls: list[str], units: int, concurrency: int, address: str | N
             else:
                 result = asyncio.run(alone())
             seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
+        threads = {name: ticks - threads.get(name, 0) for name, ticks in thread_cpu().items()}
         peak = max(memory.peaks.get(memory.step, start), memory.rss_mb())
     assert not result.failed, result.failed[:5]
     calls = usage.total().calls
     merged = sum(t.memory_usage(deep=True).sum() for t in (result.entities, result.relationships, result.claims))
     return {"calls": calls, "rate": calls / seconds, "cpu_ms": 1000 * cpu / max(calls, 1), "cores": cpu / seconds,
             "rss_mb": peak, "added_mb": peak - start, "tables_mb": merged / 2**20,
-            "seconds": seconds}
+            "seconds": seconds, "threads_ms_per_call": {name: round(1000 * t / max(calls, 1), 4)
+                                                         for name, t in sorted(threads.items(), key=lambda x: -x[1])
+                                                         if t > 0}}
+
+
+def thread_cpu() -> dict[str, float]:
+    """This process's CPU seconds so far per thread, summed by name (Linux /proc): Python threads
+    by their threading name, the others (Ray's C++ threads) by their kernel name. Threads that
+    ended before the call are not counted, so the sum can be below process_time()."""
+    import threading
+
+    python = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        name = python.get(int(tid), comm)
+        # Numbered pools (ThreadPoolExecutor-0_3, ...) as one name.
+        name = name.rstrip("0123456789_-") or name
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 @contextmanager
@@ -269,6 +298,10 @@ def ray_data_table(units: int, concurrency: int, latency: float = LATENCY) -> No
         for name, r in rows:
             print(f"{name:>22}{r['calls']:>7}{r['rate']:>12.1f}{r['rate'] / ideal:>7.2f}{r['cpu_ms']:>20.3f}"
                   f"{r['cores']:>14.3f}{r['rss_mb']:>13.0f}{r['added_mb']:>14.1f}")
+        print("\ndriver CPU by thread, ms per call (the five largest; Ray's C++ threads by their kernel names)")
+        for name, r in rows:
+            top = list(r["threads_ms_per_call"].items())[:5]
+            print(f"{name:>22}  " + ", ".join(f"{t} {ms:.3f}" for t, ms in top))
         best = rows[-1][1]
         # With Ray Data the driver's CPU goes to the streaming executor's loop and Ray's own
         # threads, which run for the step's time whatever the rate: at a cluster's rate the

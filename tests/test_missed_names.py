@@ -1,5 +1,6 @@
 """Names the model missed, found by spaCy's NER in the unit (index/missed_names.py)."""
 import asyncio
+import dataclasses
 
 import pandas as pd
 from test_pipeline import DOCS, index, read_all, server, settings_for, stats_json, write_docs  # noqa: F401
@@ -58,6 +59,26 @@ def test_added_names_come_after_the_models_records_of_their_unit(tmp_path):
     assert out.entities["text_unit_id"].tolist() == sorted(out.entities["text_unit_id"])
     assert out.entities["title"].tolist()[0] == "Scrooge"
     assert out.stats["names_from_ner"] == len(out.entities) - 2 == out.stats["entity_instances"] - 2
+
+
+def test_spans_found_elsewhere_give_the_same_names_without_running_spacy_here(tmp_path, monkeypatch):
+    from sensegraph.index import concepts, missed_names as pass_
+
+    s = Settings(root=str(tmp_path), extraction={"ner": True})
+    texts = units(TEXT, "Bob Cratchit lived in Camden Town with Tiny Tim.")
+    ex = ExtractionResult(instances(("Scrooge", "u0"), ("Bob Cratchit", "u1")), pd.DataFrame(), pd.DataFrame(),
+                          failed=[], stats={"entity_instances": 2})
+    here = asyncio.run(add_missed_names(ex, texts, settings=s, language="en"))
+    spans = pass_.name_spans(["u0", "u1"], texts["text"].tolist())  # as a Ray Data worker finds them
+    assert list(spans.columns) == list(pass_.SPAN_COLUMNS) and set(spans["text_unit_id"]) == {"u0", "u1"}
+
+    def no_spacy(*args, **kwargs):
+        raise AssertionError("spaCy ran although the spans were given")
+    monkeypatch.setattr(concepts, "english_concepts", no_spacy)
+    elsewhere = asyncio.run(add_missed_names(dataclasses.replace(ex, name_spans=spans), texts,
+                                             settings=s, language="en"))
+    assert elsewhere.entities.equals(here.entities) and elsewhere.stats == here.stats
+    assert here.stats["names_from_ner"] >= 3  # Jacob Marley, Charles Dickens, Tiny Tim, ...
 
 
 def test_index_with_ner_has_the_added_names_and_counts_them(tmp_path, server):  # noqa: F811

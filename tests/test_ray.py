@@ -164,6 +164,50 @@ def test_a_ray_data_index_equals_the_single_process_index_and_reruns_from_its_pa
     assert 0 < lost["calls"] + lost["cache_hits"] <= 2 * (1 + alone.extraction.max_gleanings) * 2
 
 
+def test_ray_data_workers_find_spacys_names_and_the_driver_only_matches_them(cluster, tmp_path, monkeypatch):
+    from sensegraph.index import concepts
+
+    shared = tmp_path / "partitions"
+    data = {"address": cluster, "data": True, "data_path": str(shared), "partition_units": 2}
+    ner = {"ner": True}  # the missed-names pass on, as for a small model
+    with start_mock_server() as a:
+        asyncio.run(run_index(project(tmp_path / "alone", [a.base_url], extraction=ner), log=lambda m: None))
+        # From here spaCy's calls on the driver are recorded (the workers are other processes).
+        on_driver: list[str] = []
+        real = concepts.english_concepts
+
+        def recorded(texts, **kwargs):
+            texts = list(texts)
+            on_driver.extend(texts)
+            return real(texts, **kwargs)
+        monkeypatch.setattr(concepts, "english_concepts", recorded)
+        result = asyncio.run(run_index(project(tmp_path / "ray", [a.base_url], ray=data, extraction=ner),
+                                       log=lambda m: None))
+    assert not result.failures
+    alone = snapshot(tmp_path / "alone" / "output")
+    assert snapshot(tmp_path / "ray" / "output") == alone
+    added = json.loads((tmp_path / "alone" / "output" / "stats.json").read_text())["steps"]["extract"]
+    assert added["names_from_ner"] > 0  # the pass added names
+    unit_texts = set(result.tables["text_units"]["text"])
+    assert not unit_texts & set(on_driver)  # ... which spaCy found on the workers
+    stats = json.loads((tmp_path / "ray" / "output" / "stats.json").read_text())
+    assert stats["steps"]["extract"]["ray_data"]["name_spans_on_driver"] == 0
+
+    # A partition without spans (a node without spaCy wrote it): the driver finds its units'
+    # names itself, and the tables are the same.
+    lost = sorted(shared.glob("extract/*/name_spans.parquet"))[0]
+    lost.unlink()
+    items = json.loads((lost.parent / "done.json").read_text())["items"]
+    with start_mock_server() as c:
+        again = asyncio.run(run_index(project(tmp_path / "again", [c.base_url], ray=data, extraction=ner),
+                                      log=lambda m: None))
+        assert c.stats["requests"] == 0 and not again.failures  # every partition read, none asked again
+    assert snapshot(tmp_path / "again" / "output") == alone
+    stats = json.loads((tmp_path / "again" / "output" / "stats.json").read_text())
+    assert stats["steps"]["extract"]["ray_data"]["name_spans_on_driver"] == items
+    assert len(on_driver) == items
+
+
 def test_a_partitions_items_reach_its_worker_as_they_were_given(tmp_path):
     from sensegraph.index.ray_data import _read_input, _write_input
 

@@ -63,6 +63,9 @@ class ExtractionResult:
     self_loops: int = 0          # relationships dropped because source == target after normalisation
     empty_names: int = 0         # records dropped because a name (or endpoint) was empty
     stats: dict[str, int] = field(default_factory=dict)  # counts for the pipeline report (see extract_graph)
+    # spaCy's names in the units (missed_names.SPAN_COLUMNS) when found where the units were
+    # extracted (Ray Data's workers); None: the missed-names pass finds them itself.
+    name_spans: pd.DataFrame | None = None
 
 
 # -- schemas --------------------------------------------------------------------------------------

@@ -40,6 +40,9 @@ from .extract import ENTITY_COLUMNS, ExtractionResult, normalize_name
 from .grounding import same_name
 
 NER_ROUND = -1
+# A name spaCy found: the unit, the name, its key (concepts.py), its label, and its sentence's
+# character offsets in the unit.
+SPAN_COLUMNS = ("text_unit_id", "title", "key", "type", "sentence_start", "sentence_end")
 
 # spaCy labels and the configured type names (any case, "_" or "-" for spaces) each may take.
 LABEL_TYPES: dict[str, tuple[str, ...]] = {
@@ -113,18 +116,46 @@ def missed_names(text_units: pd.DataFrame, entities: pd.DataFrame, *, entity_typ
     return _missed(text_units, entities, entity_types, Counter())
 
 
-def _missed(text_units: pd.DataFrame, entities: pd.DataFrame, entity_types: list[str],
-            counts: Counter[str]) -> pd.DataFrame:
+def name_spans(ids: list[str], texts: list[str]) -> pd.DataFrame:
+    """The named entities spaCy finds in each text (SPAN_COLUMNS, in text order, then in the
+    order found), of the labels this pass can type. The costly half of the pass, which depends
+    on the texts alone: Ray Data's workers run it beside extraction (index/ray_data.py) and the
+    driver only matches the spans against the merged instances (`add_missed_names`)."""
     from .concepts import english_concepts  # spaCy loads only when this runs
 
+    rows = [(unit, f.title, f.key, f.type, f.sentence_start, f.sentence_end)
+            for unit, found in zip(ids, english_concepts(texts)) for f in found if f.type in LABEL_TYPES]
+    return pd.DataFrame(rows, columns=SPAN_COLUMNS)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Span:
+    title: str
+    key: str
+    type: str
+    sentence_start: int
+    sentence_end: int
+
+
+def _by_unit(spans: pd.DataFrame, ids: list[str]) -> list[list[_Span]]:
+    out: dict[str, list[_Span]] = {i: [] for i in ids}
+    for unit, title, key, label, a, b in spans[list(SPAN_COLUMNS)].itertuples(index=False):
+        out[str(unit)].append(_Span(str(title), str(key), str(label), int(a), int(b)))
+    return [out[i] for i in ids]
+
+
+def _missed(text_units: pd.DataFrame, entities: pd.DataFrame, entity_types: list[str],
+            counts: Counter[str], spans: pd.DataFrame | None = None) -> pd.DataFrame:
     named: dict[str, list[str]] = {}
     model_types: dict[str, Counter[str]] = {}
     for title, typ, unit in zip(entities["title"], entities["type"], entities["text_unit_id"]):
         named.setdefault(str(unit), []).append(str(title))
         model_types.setdefault(normalize_name(title), Counter())[str(typ)] += 1
-    texts = [str(t) for t in text_units["text"]]
+    ids, texts = [str(i) for i in text_units["id"]], [str(t) for t in text_units["text"]]
+    if spans is None:
+        spans = name_spans(ids, texts)
     rows = []
-    for unit_id, text, found in zip(map(str, text_units["id"]), texts, english_concepts(texts)):
+    for unit_id, text, found in zip(ids, texts, _by_unit(spans, ids)):
         titles = named.get(unit_id, [])
         keys = {normalize_name(t) for t in titles}
         added: set[str] = set()
@@ -146,14 +177,15 @@ def _missed(text_units: pd.DataFrame, entities: pd.DataFrame, entity_types: list
 async def add_missed_names(extraction: ExtractionResult, text_units: pd.DataFrame, *, settings: Settings,
                            language: str) -> ExtractionResult:
     """`extraction` with the missed names of its units added when `extraction.ner` is on for
-    this model and language (each unit's after the model's records of it), and
+    this model and language (each unit's after the model's records of it; spaCy runs here unless
+    `extraction.name_spans` holds its spans for these units already), and
     `stats["names_from_ner"]` (and `ner_type_ambiguous`: names not added for want of a type)."""
     if not enabled(settings, language) or text_units.empty:
         return extraction
     # spaCy holds a core for a while: off the event loop, so other work (embeddings) goes on.
     counts: Counter[str] = Counter()
     found = await asyncio.to_thread(_missed, text_units, extraction.entities,
-                                    list(settings.extraction.entity_types), counts)
+                                    list(settings.extraction.entity_types), counts, extraction.name_spans)
     stats = {**extraction.stats, "names_from_ner": len(found), "ner_type_ambiguous": counts["ner_type_ambiguous"]}
     if found.empty:
         return dataclasses.replace(extraction, stats=stats)

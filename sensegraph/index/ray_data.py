@@ -43,8 +43,10 @@ that unit, rows come out in unit order, and a partition is a run of consecutive 
 concatenating the partitions in order gives the single-process tables; a report reads only its
 community's elements and the reports below, which a level-by-level run has written (one process
 runs by dependency, with the same prompts). tests/test_ray.py checks it on a real local
-cluster. The spaCy pass that adds missed names, entity resolution and clustering stay on the
-driver.
+cluster. The spaCy pass that adds missed names is split: the workers find spaCy's names in
+their units (the costly half, written as a partition table) and the driver matches them against
+the merged instances (a name's type may come from what the model called it in other units).
+Entity resolution and clustering stay on the driver.
 """
 from __future__ import annotations
 
@@ -70,15 +72,18 @@ from ..llm import Cache, LLMError, open_chat, open_embedder
 from ..llm.ray_workers import RayUnavailable, one_line, shares
 from ..llm.usage import StepUsage, Usage
 from ..prompts import load_prompt
-from ..store.tables import read_parts, read_table, write_json_atomic, write_table
-from . import community_reports, extract, report_checks, summarize
+from ..store.tables import TableError, read_parts, read_table, write_json_atomic, write_table
+from . import community_reports, extract, missed_names, report_checks, summarize
+from .concepts import ConceptError
 from .steps import code_fingerprint
 
 # Partitions an actor works on at once: while one waits on its last, slowest units, the next
 # keeps the actor's share of the servers busy (one at a time left a quarter of it idle).
 PARTITIONS_PER_ACTOR = 2
 INSTANCES = ("entity_instances", "relationship_instances", "claim_instances")
+SPANS = "name_spans"  # spaCy's names per unit, for the missed-names pass (missed_names.name_spans)
 DONE = "done.json"
+logger = logging.getLogger(__name__)
 
 
 def enabled(settings: Settings) -> bool:
@@ -193,6 +198,14 @@ class Worker:
             tables = dict(zip(INSTANCES, (result.entities, result.relationships, result.claims)))
             record = {"items": len(units), "failed": result.failed, "stats": result.stats,
                       "self_loops": result.self_loops, "empty_names": result.empty_names}
+            if missed_names.enabled(s, self.language):
+                # spaCy's half of the missed-names pass, per unit, so the driver only matches.
+                # A node without spaCy leaves it to the driver (extract_on_ray says so).
+                try:
+                    tables[SPANS] = await asyncio.to_thread(missed_names.name_spans, list(units["id"]),
+                                                            list(units["text"]))
+                except ConceptError as exc:
+                    record["name_spans_error"] = one_line(exc)
         elif self.kind == "reports":
             # A writer of its own per partition (the same graph): two partitions run at once.
             w = dataclasses.replace(self.writer, checks=report_checks.new_counts())
@@ -254,8 +267,24 @@ def extract_on_ray(units: pd.DataFrame, *, settings: Settings, language: str,
              "texts": texts[a:a + size]} for a in range(0, len(ids), size)]
     records, reused = _run("extract", rows, settings=settings, language=language, prompts=prompts,
                            advance=advance, usage=usage)
-    return _merged(data_path(_raw_settings(settings)), [r["key"] for r in rows], records), \
-        {"partitions": len(rows), "partitions_reused": reused}
+    root = data_path(_raw_settings(settings)) / "extract"
+    merged = _merged(root, [r["key"] for r in rows], records)
+    figures = {"partitions": len(rows), "partitions_reused": reused}
+    if missed_names.enabled(settings, language):
+        spans, here, why = [], 0, ""
+        for row in rows:
+            try:
+                spans.append(read_table(root / row["key"], SPANS))
+            except TableError:  # a worker without spaCy: found here instead
+                spans.append(missed_names.name_spans(row["ids"], row["texts"]))
+                here += len(row["ids"])
+                why = why or records[row["key"]].get("name_spans_error", "")
+        if here:
+            logger.warning("spaCy's names of %d text units were found on the driver, not the workers (%s): "
+                           "install the spaCy model on every node", here, why or "no spans in their partitions")
+        merged = dataclasses.replace(merged, name_spans=pd.concat(spans, ignore_index=True))
+        figures["name_spans_on_driver"] = here
+    return merged, figures
 
 
 def summarize_on_ray(items: list[tuple[str, list[str]]], *, settings: Settings, language: str,
@@ -507,7 +536,8 @@ def _quiet(name: str) -> Iterator[None]:
 
 
 def _merged(root: Path, keys: list[str], records: dict[str, dict[str, Any]]) -> extract.ExtractionResult:
-    tables = {n: read_parts([root / "extract" / k for k in keys], n) for n in INSTANCES}
+    """The partitions `keys` of `root` (the extraction's folder) as one extraction's result."""
+    tables = {n: read_parts([root / k for k in keys], n) for n in INSTANCES}
     stats: dict[str, int] = {}
     for k in keys:
         for name, value in records[k]["stats"].items():
