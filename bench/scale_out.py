@@ -43,6 +43,7 @@ from sensegraph.llm import ChatClient
 
 LATENCY = 0.3
 BATCH_LIMIT = 8
+PARTITION_UNITS = 0  # 0: the setting's default (--partition-units)
 PROMPT = ("-Goal-\nIdentify all entities and relationships in the text.\n-Text-\n"
           + "Acme Corp hired Jane Doe in Berlin; Jane Doe met John Smith of Globex in Paris. " * 20)
 
@@ -94,7 +95,8 @@ def extraction_settings(urls: list[str], concurrency: int, root: str, address: s
     return Settings(root=root, chat=chat, cache={"enabled": False},
                     embedding=EmbeddingSettings(provider="openai", model="mock", api_key="k", base_url=urls[0]),
                     ray={"address": address, "data": bool(address), "workers": workers,
-                         "data_path": os.path.join(root, f"ray-data-{workers}")})
+                         "data_path": os.path.join(root, f"ray-data-{workers}"),
+                         **({"partition_units": PARTITION_UNITS} if PARTITION_UNITS else {})})
 
 
 def extract_once(urls: list[str], units: int, concurrency: int, address: str | None = None,
@@ -198,16 +200,22 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true",
                     help="the driver's memory as the corpus grows: --units x1, x2, x4 in one process and with "
                          "Ray Data (2 actors), against the size of the merged tables")
+    ap.add_argument("--partition-units", type=int, default=0,
+                    help="ray.partition_units for the Ray Data runs (default: the setting's default)")
+    ap.add_argument("--actors", default="1,2,4", help="Ray Data actor counts to run (--ray-data)")
     ap.add_argument("--measure-one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--urls", help=argparse.SUPPRESS)
     ap.add_argument("--address", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global PARTITION_UNITS
+    PARTITION_UNITS = args.partition_units
     if args.measure_one:
         return measure_one(args.measure_one, args.urls.split(","), args.concurrency, args.address)
     if args.memory:
         return memory_table(args.units, args.concurrency, args.latency)
     if args.ray_data:
-        return ray_data_table(args.units, args.concurrency, args.latency)
+        return ray_data_table(args.units, args.concurrency, args.latency,
+                              [int(n) for n in args.actors.split(",")])
     with ExitStack() as stack:
         servers = [stack.enter_context(mock_server_process(LATENCY, "--batch-limit", str(BATCH_LIMIT)))
                    for _ in range(4)]
@@ -276,7 +284,7 @@ def measure_one(units: int, urls: list[str], concurrency: int, address: str | No
     print(json.dumps(extract_once(urls, units, concurrency, address, 2 if address else 0)))
 
 
-def ray_data_table(units: int, concurrency: int, latency: float = LATENCY) -> None:
+def ray_data_table(units: int, concurrency: int, latency: float = LATENCY, actors: tuple[int, ...] | list[int] = (1, 2, 4)) -> None:
     with ExitStack() as stack:
         servers = [stack.enter_context(mock_server_process(latency, "--batch-limit", str(BATCH_LIMIT)))
                    for _ in range(4)]
@@ -292,7 +300,7 @@ def ray_data_table(units: int, concurrency: int, latency: float = LATENCY) -> No
 
             from sensegraph.llm.ray_workers import _connect
             _connect(ray, address)
-            for n in (1, 2, 4):
+            for n in actors:
                 rows.append((f"Ray Data, {n} actor{'s' * (n > 1)}", extract_once(urls, units, concurrency, address, n)))
             ray.shutdown()
         for name, r in rows:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -282,6 +283,25 @@ def test_a_ray_data_path_that_cannot_be_written_fails_in_one_line_that_names_it(
             asyncio.run(run_index(settings, log=lambda m: None))
     message = str(caught.value)
     assert "Ray Data workers stopped" in message and "File exists" in message and "\n" not in message
+
+
+def test_a_ray_data_path_the_nodes_do_not_share_is_refused_before_any_call(cluster, tmp_path, monkeypatch):
+    from sensegraph.llm.ray_workers import RayUnavailable
+
+    # /proc/self/cwd is each process's own working folder: here the test's, in the Ray workers
+    # the folder the nodes were started in. A path under it is one the nodes do not share with
+    # the driver, as a local disk path on each machine of a real cluster would be.
+    monkeypatch.chdir(tmp_path)
+    data = {"address": cluster, "data": True, "data_path": "/proc/self/cwd/partitions"}
+    with start_mock_server() as a:
+        settings = project(tmp_path / "p", [a.base_url], ray=data)
+        with pytest.raises(RayUnavailable) as caught:
+            asyncio.run(run_index(settings, log=lambda m: None))
+        assert a.stats["requests"] == 0  # refused before any call
+    message = str(caught.value)
+    assert re.search(r"^ray.data_path /proc/self/cwd/partitions is not shared: \d+ nodes? \(at [\d.]+\)", message)
+    assert "\n" not in message
+    assert not list((tmp_path / "partitions").glob("extract/*"))  # and no partition written
 
 
 def test_ray_data_without_a_cluster_or_with_a_budget_is_refused_with_what_to_do(tmp_path):

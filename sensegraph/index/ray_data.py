@@ -423,6 +423,7 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
     except OSError as exc:
         raise RayUnavailable(f"ray.data_path {root} cannot be used here ({exc.strerror or exc}): give a folder "
                              "that every node can read and write (a shared filesystem on a cluster)") from None
+    _check_shared(root)
     records: dict[str, dict[str, Any]] = {}
     for row in rows:
         if (done := _finished(root / kind / row["key"])) is not None:
@@ -475,6 +476,53 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
                 ray.kill(slots)
                 shutil.rmtree(inputs, ignore_errors=True)
     return records, len(rows) - len(todo)
+
+
+_SHARED: set[tuple[str, frozenset[str]]] = set()  # (data_path, node ids) found shared in this process
+
+
+def _check_shared(root: Path) -> None:
+    """RayUnavailable unless every live node sees a file this process writes under `root`. A
+    folder that is local to each node (the default, or any path off a shared filesystem) would
+    let every worker write its partitions where this driver never reads them: the run would end
+    in "no table" errors after all its calls, and a rerun would find nothing finished. Checked
+    once per folder and set of nodes in a process (a node that joins later is not)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes() if n.get("Alive")}
+    if (str(root), frozenset(nodes)) in _SHARED:
+        return
+    token = uuid.uuid4().hex
+    probe = root / f".shared-test-{token[:12]}"
+    probe.write_text(token)
+    sees = ray.remote(num_cpus=0, max_retries=0)(_sees)
+    blind = []
+    try:
+        asked = [(node, sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+                  .remote(str(probe), token)) for node in nodes]
+        for node, answer in asked:
+            try:
+                if not ray.get(answer, timeout=120):
+                    blind.append(nodes[node])
+            except ray.exceptions.RayError:  # a node dying meanwhile runs no actor either
+                continue
+    finally:
+        probe.unlink(missing_ok=True)
+    if blind:
+        raise RayUnavailable(f"ray.data_path {root} is not shared: {len(blind)} node{'s' * (len(blind) > 1)} "
+                             f"(at {', '.join(sorted(set(blind)))}) cannot see the files this driver writes there. "
+                             "Give a folder every node reads and writes at the same path (a shared "
+                             "filesystem mount on a cluster)")
+    _SHARED.add((str(root), frozenset(nodes)))
+
+
+def _sees(path: str, token: str) -> bool:
+    """On a node: whether the driver's probe file is there, as written."""
+    try:
+        return Path(path).read_text() == token
+    except OSError:
+        return False
 
 
 def _write_input(folder: Path, row: dict[str, Any]) -> Path:
