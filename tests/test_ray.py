@@ -221,6 +221,29 @@ def test_a_partitions_items_reach_its_worker_as_they_were_given(tmp_path):
     assert not list(tmp_path.glob("*/*.tmp"))
 
 
+def test_inputs_a_killed_driver_left_are_removed_and_no_live_runs(tmp_path):
+    from sensegraph.index.ray_data import _driver_mark, _inputs_folder
+
+    host, namespace, me = _driver_mark().split("~")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead = int(gone.stdout)  # a process that ran and ended: its PID runs nothing now
+    folders = {
+        "killed driver": f"extract~{host}~{namespace}~{dead}~aaaa",
+        "this driver": f"extract~{host}~{namespace}~{me}~bbbb",
+        "another host": f"extract~elsewhere~{namespace}~{dead}~cccc",
+        "another container": f"extract~{host}~1~{dead}~dddd",
+        "not ours": "notes",
+    }
+    for name in folders.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "k.parquet").write_bytes(b"x")
+    new = _inputs_folder(tmp_path, "summarize")
+    kept = {p.name for p in tmp_path.iterdir()}
+    assert kept == set(folders.values()) - {folders["killed driver"]}
+    assert new.name.startswith(f"summarize~{host}~{namespace}~{me}~") and not new.exists()
+
+
 def _vectors(root: Path, name: str):
     import pyarrow.parquet as pq
 

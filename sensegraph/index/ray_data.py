@@ -14,9 +14,10 @@ by a pool of actors:
   community_reports.Writer from it that one process uses;
 - embeddings: runs of batches of one table's texts (embed_on_ray). The embedded local embedder
   is not sent: it computes on this machine's cores, which local actors would only share.
-The driver writes each partition's items to `<ray.data_path>/inputs/<step>-<run>/<key>.parquet`
+The driver writes each partition's items to `<ray.data_path>/inputs/<step>~<driver>~<run>/<key>.parquet`
 and the dataset holds only those paths, so the items are not held twice on the driver (once in
-its tables, once in the dataset it sends); the folder is removed when the step ends. Each actor
+its tables, once in the dataset it sends); the folder is removed when the step ends, or by the
+next run on the same host when its driver was killed (_inputs_folder). Each actor
 reads its partition's items, owns a client (chat or embedding) with its own answer cache and
 the outage model of endpoints.py (one process's), renders the prompts, makes and checks the
 calls exactly as a single process does, writes the partition's tables as parquet and hands the
@@ -58,6 +59,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -452,7 +454,7 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
         # dataset holding only paths, so the driver keeps no second copy of every text. A folder
         # per run: two runs on one data_path may share a partition, and neither may remove the
         # other's file.
-        inputs = root / "inputs" / f"{kind}-{uuid.uuid4().hex[:12]}"
+        inputs = _inputs_folder(root / "inputs", kind)
         paths = [_write_input(inputs, row) for row in todo]
         ds = ray.data.from_items([{"input": str(path)} for path in paths], override_num_blocks=len(todo))
         # num_cpus=0: an actor mostly waits on servers. (Ray Data spreads actors over the nodes
@@ -523,6 +525,37 @@ def _sees(path: str, token: str) -> bool:
         return Path(path).read_text() == token
     except OSError:
         return False
+
+
+def _driver_mark() -> str:
+    """This process as a folder name can say it: host, PID namespace and PID. (A PID alone
+    names no process on a shared filesystem, nor across containers of one host.)"""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:  # not Linux: a run's folders are then never taken for a dead driver's
+        namespace = 0
+    host = "".join(c if c.isalnum() or c in "-." else "_" for c in socket.gethostname())
+    return f"{host}~{namespace}~{os.getpid()}"
+
+
+def _inputs_folder(parent: Path, kind: str) -> Path:
+    """A new folder for one step's inputs, named after the driver that writes it. Folders a
+    driver of this host and PID namespace left behind when it was killed (its PID no longer
+    runs) are removed first; any other is left alone, since its driver may still be running."""
+    mark = _driver_mark()
+    host, namespace, _ = mark.split("~")
+    if namespace != "0" and parent.is_dir():
+        for folder in parent.iterdir():
+            parts = folder.name.split("~")
+            if len(parts) != 5 or parts[1:3] != [host, namespace] or not parts[3].isdigit():
+                continue
+            try:
+                os.kill(int(parts[3]), 0)
+            except ProcessLookupError:
+                shutil.rmtree(folder, ignore_errors=True)
+            except OSError:  # alive, another user's
+                continue
+    return parent / f"{kind}~{mark}~{uuid.uuid4().hex[:12]}"
 
 
 def _write_input(folder: Path, row: dict[str, Any]) -> Path:
