@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack, contextmanager
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -114,10 +115,10 @@ def extract_once(urls: list[str], units: int, concurrency: int, address: str | N
     with tempfile.TemporaryDirectory(prefix="sensegraph-scale-") as root:
         settings = extraction_settings(urls, concurrency, root, address, workers)
         usage = Usage()
-        async def alone() -> extract.ExtractionResult:
+        async def alone(advance: Any) -> extract.ExtractionResult:
             client = ChatClient(settings.chat, cache=None, usage=usage)
             try:
-                return await extract.extract_graph(table, client, settings=settings, language="en")
+                return await extract.extract_graph(table, client, settings=settings, language="en", advance=advance)
             finally:
                 await client.aclose()
         # The run's own peak above its start (ru_maxrss is the peak of the process's whole life,
@@ -125,19 +126,29 @@ def extract_once(urls: list[str], units: int, concurrency: int, address: str | N
         memory = MemorySampler()
         start = memory.rss_mb()
         threads = thread_cpu()
+        finished: list[tuple[float, int]] = []  # (when, units) as units finish: the start-up apart
+
+        def advance(n: int) -> None:
+            finished.append((time.perf_counter(), n))
         with memory:
             cpu, t0 = time.process_time(), time.perf_counter()
             if address:
-                result, _ = ray_data.extract_on_ray(table, settings=settings, language="en", usage=usage)
+                result, _ = ray_data.extract_on_ray(table, settings=settings, language="en", usage=usage,
+                                                    advance=advance)
             else:
-                result = asyncio.run(alone())
+                result = asyncio.run(alone(advance))
             seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
         threads = {name: ticks - threads.get(name, 0) for name, ticks in thread_cpu().items()}
         peak = max(memory.peaks.get(memory.step, start), memory.rss_mb())
     assert not result.failed, result.failed[:5]
     calls = usage.total().calls
+    # The rate after the first items finished (Ray Data: the first partition), which leaves out
+    # starting the actors; Ray Data reports whole partitions, so this is coarse.
+    first = finished[0][0] - t0 if finished else seconds
+    rest = sum(n for _, n in finished[1:])
+    steady = calls * rest / units / max(seconds - first, 1e-9) if rest else float("nan")
     merged = sum(t.memory_usage(deep=True).sum() for t in (result.entities, result.relationships, result.claims))
-    return {"calls": calls, "rate": calls / seconds, "cpu_ms": 1000 * cpu / max(calls, 1), "cores": cpu / seconds,
+    return {"calls": calls, "rate": calls / seconds, "first_s": first, "steady": steady, "cpu_ms": 1000 * cpu / max(calls, 1), "cores": cpu / seconds,
             "rss_mb": peak, "added_mb": peak - start, "tables_mb": merged / 2**20,
             "seconds": seconds, "threads_ms_per_call": {name: round(1000 * t / max(calls, 1), 4)
                                                          for name, t in sorted(threads.items(), key=lambda x: -x[1])
@@ -292,8 +303,8 @@ def ray_data_table(units: int, concurrency: int, latency: float = LATENCY, actor
         ideal = len(urls) * BATCH_LIMIT / latency
         print(f"extraction of {units} text units over {len(urls)} mock endpoints ({BATCH_LIMIT} at once, "
               f"{latency * 1000:.0f} ms; ideal {ideal:.1f} requests/s)")
-        print(f"{'mode':>22}{'calls':>7}{'requests/s':>12}{'share':>7}{'driver CPU ms/call':>20}"
-              f"{'driver cores':>14}{'peak RSS MB':>13}{'run added MB':>14}")
+        print(f"{'mode':>22}{'calls':>7}{'requests/s':>12}{'share':>7}{'first s':>9}{'after first':>13}"
+              f"{'driver CPU ms/call':>20}{'driver cores':>14}{'peak RSS MB':>13}{'run added MB':>14}")
         rows = [("one process", extract_once(urls, units, concurrency))]
         with local_cluster(4) as address:
             import ray
@@ -304,7 +315,8 @@ def ray_data_table(units: int, concurrency: int, latency: float = LATENCY, actor
                 rows.append((f"Ray Data, {n} actor{'s' * (n > 1)}", extract_once(urls, units, concurrency, address, n)))
             ray.shutdown()
         for name, r in rows:
-            print(f"{name:>22}{r['calls']:>7}{r['rate']:>12.1f}{r['rate'] / ideal:>7.2f}{r['cpu_ms']:>20.3f}"
+            print(f"{name:>22}{r['calls']:>7}{r['rate']:>12.1f}{r['rate'] / ideal:>7.2f}{r['first_s']:>9.1f}"
+                  f"{r['steady']:>13.1f}{r['cpu_ms']:>20.3f}"
                   f"{r['cores']:>14.3f}{r['rss_mb']:>13.0f}{r['added_mb']:>14.1f}")
         print("\ndriver CPU by thread, ms per call (the five largest; Ray's C++ threads by their kernel names)")
         for name, r in rows:

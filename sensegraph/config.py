@@ -410,10 +410,6 @@ class Settings(_Section):
     def _ray_data(self) -> "Settings":
         if self.ray.data and not self.ray.address:
             raise ValueError("ray.data (--ray-data) needs a cluster: give --ray ADDRESS (or ray.address)")
-        if self.ray.data and (self.chat.budget_tokens or self.chat.budget_cost):
-            # The workers spend; the driver learns of it only as partitions finish.
-            raise ValueError("a spending budget (--budget-tokens / --budget-cost, chat.budget_*) is not kept "
-                             "with ray.data: drop one of them")
         return self
 
     def small_chat_model(self) -> tuple[bool, str]:

@@ -78,12 +78,12 @@ def kill_one_worker(pattern: str, servers: list, after: int) -> tuple[threading.
     return killer, killed
 
 
-def project(root: Path, urls: list[str], **sections):
-    write_docs(root, DOCS)
+def project(root: Path, urls: list[str], chat: dict | None = None, docs: dict[str, str] = DOCS, **sections):
+    write_docs(root, docs)
     common = {"provider": "openai", "model": "mock", "api_key": "x", "retry_base_seconds": 0.05,
               "endpoints": [{"base_url": u, "concurrency": 4} for u in urls]}
-    return load_settings(root, overrides={"chat": common, "embedding": common, "chunks": {"size": 120, "overlap": 20},
-                                          **sections}, env={})
+    return load_settings(root, overrides={"chat": {**common, **(chat or {})}, "embedding": common,
+                                          "chunks": {"size": 120, "overlap": 20}, **sections}, env={})
 
 
 def test_an_index_on_a_ray_cluster_equals_the_single_process_index(cluster, tmp_path):
@@ -322,19 +322,57 @@ def test_a_ray_data_path_the_nodes_do_not_share_is_refused_before_any_call(clust
             asyncio.run(run_index(settings, log=lambda m: None))
         assert a.stats["requests"] == 0  # refused before any call
     message = str(caught.value)
-    assert re.search(r"^ray.data_path /proc/self/cwd/partitions is not shared: \d+ nodes? \(at [\d.]+\)", message)
+    assert re.search(r"^ray.data_path /proc/self/cwd/partitions is not shared: the node at [\d.]+ cannot see", message)
     assert "\n" not in message
     assert not list((tmp_path / "partitions").glob("extract/*"))  # and no partition written
 
 
-def test_ray_data_without_a_cluster_or_with_a_budget_is_refused_with_what_to_do(tmp_path):
+def test_ray_data_without_a_cluster_is_refused_with_what_to_do(tmp_path):
     from sensegraph.config import SettingsError
 
     with pytest.raises(SettingsError, match="--ray ADDRESS"):
         load_settings(tmp_path, overrides={"ray": {"data": True}}, env={})
-    with pytest.raises(SettingsError, match="budget"):
-        load_settings(tmp_path, overrides={"ray": {"data": True, "address": "auto"},
-                                           "chat": {"budget_tokens": 1000}}, env={})
+
+
+def test_a_budget_under_ray_data_counts_every_actors_spending_and_a_rerun_finishes_the_same_index(cluster, tmp_path):
+    """The budget is the run's, not each actor's: two actors on two nodes, each counting only
+    its own partitions, would extract everything before either reached a third of it."""
+    from sensegraph.index.pipeline import BudgetStopped
+    from test_budget import CountingServer
+
+    docs = {f"d{i}.txt": DOCS[f"d{i % 6}.txt"].replace("Doe", f"Doe{i}x") for i in range(24)}
+    with CountingServer(latency=0.3).start() as a:
+        asyncio.run(run_index(project(tmp_path / "alone", [a.base_url], docs=docs), log=lambda m: None))
+    alone = json.loads((tmp_path / "alone" / "output" / "stats.json").read_text())["steps"]["extract"]
+    extraction = alone["prompt_tokens"] + alone["completion_tokens"]
+    budget = extraction // 3
+    data = {"address": cluster, "data": True, "data_path": str(tmp_path / "partitions"), "partition_units": 1}
+    with CountingServer(latency=0.3).start() as srv:
+        settings = project(tmp_path / "ray", [srv.base_url], chat={"budget_tokens": budget}, docs=docs, ray=data)
+        with pytest.raises(BudgetStopped) as stopped:
+            asyncio.run(run_index(settings, log=lambda m: None))
+        sizes = list(srv.answer_tokens)
+    assert "reached during extract" in str(stopped.value)
+    stats = json.loads((tmp_path / "ray" / "output" / "stats.json").read_text())
+    b = stats["budget"]
+    assert stats["stopped"] == "budget" and b["step"] == "extract" and b["budget_tokens"] == budget
+    assert b["spent_tokens"] == sum(sizes)  # every token the actors spent reached the driver
+    # Reached, and overshot by no more than the calls in flight (4) and what the other actor
+    # spent since it last reported (0.1 s of one 0.3-s call each at most): far below the rest.
+    assert budget <= sum(sizes) <= budget + 2 * 4 * max(sizes) < extraction, (sum(sizes), len(sizes))
+    step = b["steps"]["extract"]
+    assert step["skipped"] > 0 and step["failed"] == 0 and step["done"] + step["skipped"] == step["items"]
+    assert stats["llm"]["total"]["failures"] == [] and stats["llm"]["total"]["budget_skipped"]
+
+    # Without a budget the rerun extracts the units that were skipped (their partitions were
+    # not finished) and ends with the single-process index.
+    with start_mock_server() as c:
+        again = asyncio.run(run_index(project(tmp_path / "ray", [c.base_url], docs=docs, ray=data),
+                                      log=lambda m: None))
+    assert not again.failures
+    assert snapshot(tmp_path / "ray" / "output") == snapshot(tmp_path / "alone" / "output")
+    rerun = json.loads((tmp_path / "ray" / "output" / "stats.json").read_text())["steps"]["extract"]["ray_data"]
+    assert 0 < rerun["partitions_reused"] < rerun["partitions"]
 
 
 def test_a_worker_killed_mid_step_costs_no_item(cluster, tmp_path):

@@ -37,7 +37,8 @@ Checkpoints, and where the answers live (the choice the design had to make):
   is redone, its finished calls from that node's cache when it runs there again, else asked
   again: at most one partition per worker is ever asked twice.
 - `ray.data_path` must be a folder every node can read and write: the default (the project's
-  cache folder) is right for one machine; a cluster needs a shared filesystem path.
+  cache folder) is right for one machine; a cluster needs a shared filesystem path. Each actor
+  reads back a file the driver wrote there before it makes a call (Worker.blind).
 
 What is the same as a single process: the tables and vectors. Extraction of a unit reads only
 that unit, rows come out in unit order, and a partition is a run of consecutive units, so
@@ -82,9 +83,13 @@ from .steps import code_fingerprint
 # Partitions an actor works on at once: while one waits on its last, slowest units, the next
 # keeps the actor's share of the servers busy (one at a time left a quarter of it idle).
 PARTITIONS_PER_ACTOR = 2
+# How often an actor tells the budget's ledger what it spent and learns what the others did:
+# the most of the other actors' spending a budget check can miss.
+BUDGET_REPORT_EVERY = 0.1
 INSTANCES = ("entity_instances", "relationship_instances", "claim_instances")
 SPANS = "name_spans"  # spaCy's names per unit, for the missed-names pass (missed_names.name_spans)
 DONE = "done.json"
+PROBE = "probe"  # in a step's inputs folder: the token the actors read back (Worker.blind)
 logger = logging.getLogger(__name__)
 
 
@@ -135,10 +140,20 @@ class Worker:
     "summarize": rows key, names, descriptions), each written under `<root>/<kind>/<key>/`."""
 
     def __init__(self, kind: str, settings_json: str, chats: list[str], slots: Any, language: str,
-                 prompts: dict[str, str], root: str, tables: list[Any] | None = None):
+                 prompts: dict[str, str], root: str, probe: tuple[str, str], ledger: Any = None,
+                 tables: list[Any] | None = None):
         import ray
 
         from ..config import ChatSettings, EmbeddingSettings
+
+        # Whether this node sees the driver's files under data_path (the probe _run wrote). An
+        # actor that does not would write its partitions where the driver never reads them: it
+        # makes no call and answers each partition with its node's address instead, which stops
+        # the run (_run). Checked here, by the actors that do the work, because a separate task
+        # per node starts Ray worker processes at every step and cost a fifth of the throughput.
+        self.blind = "" if _sees(*probe) else ray.util.get_node_ip_address()
+        if self.blind:
+            return
 
         # The actors are alike to Ray Data; each takes the next share of the servers' limits
         # (a restarted actor the share of the one it replaces, give or take), so that together
@@ -153,6 +168,14 @@ class Worker:
         # One client for the actor's life, made on the actor's event loop at its first call, so
         # that an endpoint found out stays out for the next partitions too (endpoints.py).
         self.llm: Any = None
+        # A spending budget: this actor's spending (its partitions', running and finished), what
+        # of it the ledger was told, and the ledger's last total, everyone's (Worker._report).
+        self.ledger = ledger
+        self.running: list[Usage] = []
+        self.finished = (0, 0.0)
+        self.reported = (0, 0.0)
+        self.total = (0, 0.0)
+        self.reporter: asyncio.Task | None = None
         # Reports: the graph every community's context is packed from, from the object store
         # (`tables` holds its reference: a reference at the top level would be one per actor).
         self.writer = None
@@ -164,18 +187,55 @@ class Worker:
     async def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
         # Async: the actor runs PARTITIONS_PER_ACTOR partitions at once on one event loop, so its
         # share of the servers stays busy while one partition waits on its slowest item.
+        if self.blind:
+            return pd.DataFrame({"key": ["" for _ in batch["input"]], "record": [json.dumps({"blind": self.blind})
+                                                                              for _ in batch["input"]]})
         if self.llm is None:
             self.llm = open_embedder(self.settings, cache=self.cache) if self.kind == "embed" else \
                 open_chat(self.settings, cache=self.cache)
+            if self.ledger is not None:
+                self.llm.spent_elsewhere = self._elsewhere
+                self.reporter = asyncio.create_task(self._report())
         return pd.DataFrame([await self._partition(_read_input(Path(path))) for path in batch["input"]])
 
+    def _own(self) -> tuple[int, float]:
+        """This actor's chat spending so far."""
+        return (self.finished[0] + sum(u.chat_tokens() for u in self.running),
+                self.finished[1] + sum(u.cost() for u in self.running))
+
+    def _elsewhere(self, mine: Usage) -> tuple[int, float]:
+        """What the budget counts besides the partition whose usage is `mine`: everyone's spending
+        the ledger knows, and this actor's since it last told it."""
+        own = self._own()
+        return (self.total[0] - self.reported[0] + own[0] - mine.chat_tokens(),
+                self.total[1] - self.reported[1] + own[1] - mine.cost())
+
+    async def _report(self) -> None:
+        """Every BUDGET_REPORT_EVERY seconds: tell the ledger what this actor spent since last
+        time and learn everyone's total. A budget check therefore misses at most that long of
+        the other actors' spending (and, as in one process, the calls in flight)."""
+        while True:
+            now = self._own()
+            self.total = await self.ledger.add.remote(now[0] - self.reported[0], now[1] - self.reported[1])
+            self.reported = now
+            await asyncio.sleep(BUDGET_REPORT_EVERY)
+
     async def _partition(self, row: dict[str, Any]) -> dict[str, Any]:
-        s, key = self.settings, row["key"]
+        s = self.settings
         # A view of the actor's client (same servers, limits, cache and outage state) that
         # counts this partition's usage apart from the partitions running beside it.
         llm = copy.copy(self.llm)
         section = s.embedding if self.kind == "embed" else s.chat
         llm.usage = usage = Usage(section.price_per_1k_prompt, section.price_per_1k_completion)
+        self.running.append(usage)
+        try:
+            return await self._work(row, llm, usage)
+        finally:
+            self.running.remove(usage)
+            self.finished = (self.finished[0] + usage.chat_tokens(), self.finished[1] + usage.cost())
+
+    async def _work(self, row: dict[str, Any], llm: Any, usage: Usage) -> dict[str, Any]:
+        s, key = self.settings, row["key"]
         usage.pools["embedding" if self.kind == "embed" else "chat"] = llm.endpoints
         if self.kind == "embed":
             ids, texts, size, first = list(row["ids"]), list(row["texts"]), s.embedding.batch_size, int(row["first"])
@@ -239,6 +299,18 @@ class Worker:
             shutil.rmtree(final, ignore_errors=True)
         os.replace(scratch, final)
         return {"key": key, "record": json.dumps(record)}
+
+
+class _Ledger:
+    """The run's chat spending during one step, as its actors report it (Worker._report)."""
+
+    def __init__(self, tokens: int, cost: float) -> None:
+        self.tokens, self.cost = tokens, cost
+
+    def add(self, tokens: int, cost: float) -> tuple[int, float]:
+        self.tokens += tokens
+        self.cost += cost
+        return self.tokens, self.cost
 
 
 class _Slots:
@@ -417,15 +489,10 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
     # how the work is spread must not rerun a step whose tables it does not change.
     raw = _raw_settings(settings)
     root = data_path(raw)
-    try:  # here, before any actor starts: an actor that cannot write there dies in its constructor
+    try:
         (root / kind).mkdir(parents=True, exist_ok=True)
-        probe = root / f".write-test-{uuid.uuid4().hex[:8]}"
-        probe.write_bytes(b"")
-        probe.unlink()
     except OSError as exc:
-        raise RayUnavailable(f"ray.data_path {root} cannot be used here ({exc.strerror or exc}): give a folder "
-                             "that every node can read and write (a shared filesystem on a cluster)") from None
-    _check_shared(root)
+        raise _unusable(root, exc) from None
     records: dict[str, dict[str, Any]] = {}
     for row in rows:
         if (done := _finished(root / kind / row["key"])) is not None:
@@ -450,11 +517,26 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
         here = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False)
         slots = ray.remote(num_cpus=0)(_Slots).options(scheduling_strategy=here).remote()
+        # A spending budget is the run's: each actor's client counts what the others spent, as
+        # the ledger last told it, from what the run had spent when the step began.
+        ledger = None
+        if kind != "embed" and (raw.chat.budget_tokens or raw.chat.budget_cost):
+            spent = (usage.chat_tokens(), usage.cost()) if usage is not None else (0, 0.0)
+            ledger = ray.remote(num_cpus=0)(_Ledger).options(scheduling_strategy=here).remote(*spent)
         # The items go by reference: each partition's written where the workers read it, the
         # dataset holding only paths, so the driver keeps no second copy of every text. A folder
         # per run: two runs on one data_path may share a partition, and neither may remove the
         # other's file.
         inputs = _inputs_folder(root / "inputs", kind)
+        # Here, before any actor starts, so that one that cannot write there does not die in its
+        # constructor; the same file is each actor's test that its node shares the folder.
+        token = uuid.uuid4().hex
+        try:
+            inputs.mkdir(parents=True)
+            (inputs / PROBE).write_text(token)
+        except OSError as exc:
+            shutil.rmtree(inputs, ignore_errors=True)
+            raise _unusable(root, exc) from None
         paths = [_write_input(inputs, row) for row in todo]
         ds = ray.data.from_items([{"input": str(path)} for path in paths], override_num_blocks=len(todo))
         # num_cpus=0: an actor mostly waits on servers. (Ray Data spreads actors over the nodes
@@ -465,62 +547,44 @@ def _run(kind: str, rows: list[dict[str, Any]], *, settings: Settings, language:
                                  max_tasks_in_flight_per_actor=PARTITIONS_PER_ACTOR),
                              fn_constructor_kwargs={"kind": kind, "settings_json": raw.model_dump_json(),
                                                     "chats": chats, "slots": slots, "language": language,
-                                                    "prompts": prompts, "root": str(root), "tables": tables})
+                                                    "prompts": prompts, "root": str(root),
+                                                    "probe": (str(inputs / PROBE), token), "ledger": ledger,
+                                                    "tables": tables})
         with _quiet("ray.data"):
             try:
                 for row in out.iter_rows():
-                    _record(json.loads(row["record"]), row["key"], records, advance, usage)
+                    record = json.loads(row["record"])
+                    if "blind" in record:
+                        raise _NotShared(record["blind"])
+                    _record(record, row["key"], records, advance, usage)
+            except _NotShared as exc:
+                raise RayUnavailable(
+                    f"ray.data_path {root} is not shared: the node at {exc} cannot see the files this driver "
+                    "writes there. Give a folder every node reads and writes at the same path (a shared "
+                    "filesystem mount on a cluster)") from None
             except Exception as exc:  # noqa: BLE001 - Ray's errors carry the workers' whole tracebacks
                 # Finished partitions are on disk: a rerun starts from them.
                 raise RayUnavailable(f"the Ray Data workers stopped ({kind}): {one_line(exc)}; finished partitions "
                                      f"are kept in {root}, a rerun continues from them") from None
             finally:
                 ray.kill(slots)
+                if ledger is not None:
+                    ray.kill(ledger)
                 shutil.rmtree(inputs, ignore_errors=True)
     return records, len(rows) - len(todo)
 
 
-_SHARED: set[tuple[str, frozenset[str]]] = set()  # (data_path, node ids) found shared in this process
+class _NotShared(Exception):
+    """An actor's node does not see the driver's files under data_path (its address)."""
 
 
-def _check_shared(root: Path) -> None:
-    """RayUnavailable unless every live node sees a file this process writes under `root`. A
-    folder that is local to each node (the default, or any path off a shared filesystem) would
-    let every worker write its partitions where this driver never reads them: the run would end
-    in "no table" errors after all its calls, and a rerun would find nothing finished. Checked
-    once per folder and set of nodes in a process (a node that joins later is not)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    nodes = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes() if n.get("Alive")}
-    if (str(root), frozenset(nodes)) in _SHARED:
-        return
-    token = uuid.uuid4().hex
-    probe = root / f".shared-test-{token[:12]}"
-    probe.write_text(token)
-    sees = ray.remote(num_cpus=0, max_retries=0)(_sees)
-    blind = []
-    try:
-        asked = [(node, sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-                  .remote(str(probe), token)) for node in nodes]
-        for node, answer in asked:
-            try:
-                if not ray.get(answer, timeout=120):
-                    blind.append(nodes[node])
-            except ray.exceptions.RayError:  # a node dying meanwhile runs no actor either
-                continue
-    finally:
-        probe.unlink(missing_ok=True)
-    if blind:
-        raise RayUnavailable(f"ray.data_path {root} is not shared: {len(blind)} node{'s' * (len(blind) > 1)} "
-                             f"(at {', '.join(sorted(set(blind)))}) cannot see the files this driver writes there. "
-                             "Give a folder every node reads and writes at the same path (a shared "
-                             "filesystem mount on a cluster)")
-    _SHARED.add((str(root), frozenset(nodes)))
+def _unusable(root: Path, exc: OSError) -> RayUnavailable:
+    return RayUnavailable(f"ray.data_path {root} cannot be used here ({exc.strerror or exc}): give a folder "
+                          "that every node can read and write (a shared filesystem on a cluster)")
 
 
 def _sees(path: str, token: str) -> bool:
-    """On a node: whether the driver's probe file is there, as written."""
+    """On a worker's node: whether the driver's probe file is there, as written."""
     try:
         return Path(path).read_text() == token
     except OSError:

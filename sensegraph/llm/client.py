@@ -118,6 +118,9 @@ class ChatClient:
         self.usage.pools["chat"] = self.endpoints
         # Set by the pipeline for `--ray`: the cluster's workers make the uncached calls.
         self.workers: Any = None
+        # Chat tokens and cost the budget counts that `usage` does not: set on a Ray Data actor's
+        # client to what the run's other actors spent (index/ray_data.py, Spending).
+        self.spent_elsewhere: Callable[[Usage], tuple[int, float]] | None = None
         # Server-specific sampling options (llama.cpp's repeat_penalty for the embedded model);
         # part of the cache key because they change the answer.
         self.extra_body = extra_body or {}
@@ -134,22 +137,34 @@ class ChatClient:
     # Embedding tokens never count toward budget_tokens: they are cheap, and the local embedder's
     # counts are not billed tokens at all. They do count toward budget_cost when an embedder
     # shares this Usage and has a price (see Usage.cost).
+    def spent(self) -> tuple[int, float]:
+        """The run's chat tokens and cost so far, as the budget counts them."""
+        tokens, cost = self.usage.chat_tokens(), self.usage.cost()
+        if self.spent_elsewhere is not None:
+            more_tokens, more_cost = self.spent_elsewhere(self.usage)
+            tokens, cost = tokens + more_tokens, cost + more_cost
+        return tokens, cost
+
     def budget_limit(self) -> str | None:
         """The setting this run's spending has reached ("budget_tokens" or "budget_cost"), or None."""
-        s, u = self.settings, self.usage
-        if s.budget_tokens and u.chat_tokens() >= s.budget_tokens:
+        s = self.settings
+        if not (s.budget_tokens or s.budget_cost):
+            return None
+        tokens, cost = self.spent()
+        if s.budget_tokens and tokens >= s.budget_tokens:
             return "budget_tokens"
-        if s.budget_cost and u.cost() >= s.budget_cost:
+        if s.budget_cost and cost >= s.budget_cost:
             return "budget_cost"
         return None
 
     def describe_budget(self) -> str:
         """The reached limit in words, with what was spent."""
-        s, u = self.settings, self.usage
+        s = self.settings
+        tokens, cost = self.spent()
         if self.budget_limit() == "budget_tokens":
             return (f"the token budget is used up (chat.budget_tokens = {s.budget_tokens:,}; "
-                    f"{u.chat_tokens():,} tokens spent in this run)")
-        return f"the cost budget is used up (chat.budget_cost = {s.budget_cost:g}; {u.cost():.4f} spent in this run)"
+                    f"{tokens:,} tokens spent in this run)")
+        return f"the cost budget is used up (chat.budget_cost = {s.budget_cost:g}; {cost:.4f} spent in this run)"
 
     @property
     def budget_reached(self) -> bool:
