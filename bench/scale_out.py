@@ -322,15 +322,15 @@ def ray_data_table(units: int, concurrency: int, latency: float = LATENCY, actor
         for name, r in rows:
             top = list(r["threads_ms_per_call"].items())[:5]
             print(f"{name:>22}  " + ", ".join(f"{t} {ms:.3f}" for t, ms in top))
-        best = rows[-1][1]
+        label, best = rows[-1]
         # With Ray Data the driver's CPU goes to the streaming executor's loop and Ray's own
         # threads, which run for the step's time whatever the rate: at a cluster's rate the
         # same cores spread over more calls.
         print(f"\nRay Data's driver used {best['cores']:.3f} of a core; at 3,000 calls/s that would be "
               f"{1000 * best['cores'] / 3000:.3f} ms per call")
         tokens_per_unit = 600  # a default text unit
-        print("\nprojection (calls as measured per unit; driver CPU at the 4-actor figure per call, an upper "
-              "bound since it goes with time, not calls):")
+        print(f"\nprojection (calls as measured per unit; driver CPU per call as measured for {label}, an "
+              "upper bound since it goes with time, not calls):")
         for total in (100e6, 1e9):
             n_units = total / tokens_per_unit
             calls = n_units * best["calls"] / units
