@@ -119,7 +119,7 @@ class ChatClient:
         # Set by the pipeline for `--ray`: the cluster's workers make the uncached calls.
         self.workers: Any = None
         # Chat tokens and cost the budget counts that `usage` does not: set on a Ray Data actor's
-        # client to what the run's other actors spent (index/ray_data.py, Spending).
+        # client to what the run's other actors spent (index/ray_data.py, Worker._elsewhere).
         self.spent_elsewhere: Callable[[Usage], tuple[int, float]] | None = None
         # Server-specific sampling options (llama.cpp's repeat_penalty for the embedded model);
         # part of the cache key because they change the answer.
