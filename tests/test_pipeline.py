@@ -137,8 +137,13 @@ def endpoint(server: MockServer, **extra: Any) -> dict[str, Any]:
             "retry_base_seconds": 0.01, **extra}
 
 
-def settings_for(root: Path, server: MockServer, *, max_retries: int = 6, concurrency: int = 8, **sections: Any):
-    overrides = {"chat": endpoint(server, max_retries=max_retries, concurrency=concurrency),
+def settings_for(root: Path, server: MockServer, *, max_retries: int = 6, concurrency: int = 8,
+                 outage_timeout: float | None = None, **sections: Any):
+    # outage_timeout: for a server that fails every call of one kind, which the client takes for
+    # an outage and waits out (180 s by default) before those calls fail.
+    chat = endpoint(server, max_retries=max_retries, concurrency=concurrency,
+                    **({"outage_timeout": outage_timeout} if outage_timeout else {}))
+    overrides = {"chat": chat,
                  "embedding": endpoint(server, max_retries=max_retries),
                  "chunks": {"size": 120, "overlap": 20}, **sections}
     return load_settings(root, overrides=overrides, env={})  # env={}: no SENSEGRAPH_* leaking in
@@ -300,7 +305,7 @@ def test_resume_after_report_step_failed(tmp_path):
 
     with FaultyServer(is_report).start() as broken:
         with pytest.raises(IndexFailed) as exc:
-            index(settings_for(project, broken, max_retries=1))
+            index(settings_for(project, broken, max_retries=1, outage_timeout=3.0))
         assert broken.refused > 0
         first_stats = stats_json(project)
     assert "community_reports" in str(exc.value)
