@@ -150,7 +150,7 @@ class Worker:
         # actor that does not would write its partitions where the driver never reads them: it
         # makes no call and answers each partition with its node's address instead, which stops
         # the run (_run). Checked here, by the actors that do the work, because a separate task
-        # per node starts Ray worker processes at every step and cost a fifth of the throughput.
+        # per node starts Ray worker processes at every step and cost a tenth of the throughput.
         self.blind = "" if _sees(*probe) else ray.util.get_node_ip_address()
         if self.blind:
             return
