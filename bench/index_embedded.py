@@ -6,6 +6,7 @@
     python bench/index_embedded.py --corpus ../shared/data/christmas-carol.txt --lines 0:400
     python bench/index_embedded.py --redocred 10 --keep /tmp/redocred10   # 10 held-out Re-DocRED documents
     python bench/index_embedded.py --again /tmp/redocred10               # rerun a kept project (cache on)
+    python bench/index_embedded.py --redocred 10 --settings 'extraction:\n  descriptions: short'   # with settings
 
 Makes a new project in a temporary folder (empty answer cache), runs `sensegraph index` in a
 child process and times it, then prints per step the LLM calls and tokens the run made beside
@@ -38,7 +39,7 @@ STEPS = ("extract", "claims", "summarize", "community_reports")
 
 
 def make_project(folder: Path, corpus: Path, lines: str | None, size: str, parallel: int,
-                 redocred: int = 0, seed: int = 2) -> None:
+                 redocred: int = 0, seed: int = 2, extra: str = "") -> None:
     (folder / "input").mkdir(parents=True)
     if redocred:
         # Held-out documents (no extraction check was shaped on them), one file each, as a
@@ -55,7 +56,7 @@ def make_project(folder: Path, corpus: Path, lines: str | None, size: str, paral
         (folder / "input" / corpus.name).write_text(text, encoding="utf-8")
     (folder / "settings.yaml").write_text(
         f"chat:\n  provider: local\nlocal:\n  size: {size}\n  parallel: {parallel}\n"
-        "embedding:\n  provider: local\n", encoding="utf-8")
+        "embedding:\n  provider: local\n" + (extra.replace("\\n", "\n") + "\n" if extra else ""), encoding="utf-8")
 
 
 def dry_run(folder: Path) -> dict[str, tuple[int, int, int]]:
@@ -118,6 +119,8 @@ def main() -> None:
     ap.add_argument("--redocred", type=int, default=0, metavar="N",
                     help="index N held-out Re-DocRED test documents (one file each) instead of --corpus")
     ap.add_argument("--seed", type=int, default=2, help="which Re-DocRED documents --redocred draws")
+    ap.add_argument("--settings", default="", metavar="YAML",
+                    help=r"more settings.yaml lines for the new project, e.g. 'extraction:\n  descriptions: short'")
     ap.add_argument("--again", type=Path, metavar="PROJECT",
                     help="rerun `sensegraph index` on a kept project (its cache on): what a code change reruns")
     args = ap.parse_args()
@@ -135,7 +138,8 @@ def main() -> None:
         holder = tempfile.TemporaryDirectory(prefix="sensegraph-index-embedded-")
         folder = Path(holder.name) / "project"
     if not args.again:
-        make_project(folder, args.corpus, args.lines, args.size, args.parallel, args.redocred, args.seed)
+        make_project(folder, args.corpus, args.lines, args.size, args.parallel, args.redocred, args.seed,
+                     args.settings)
     estimate = dry_run(folder)
     log = folder / "index.log"
     name = (f"the project {folder} again" if args.again else

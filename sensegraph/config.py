@@ -173,6 +173,14 @@ class ExtractionSettings(_Section):
     # name gives at most SMALL_MODEL_BILLIONS parameters, "qwen2.5:3b"), lenient for the rest
     # (hosted, large, or of unknown size). Dropped records are counted in stats.json.
     checks: Literal["auto", "strict", "lenient", "off"] = "auto"
+    # How long the descriptions the extraction prompt asks for are: full = complete sentences;
+    # short = an entity in a few words (what it is), a relationship in one sentence of at most
+    # 12 words, with examples written so (examples_graph_short.txt; a project's own examples
+    # win). Extraction is most of a small local model's index time and its answer's length is
+    # the cost: with short, the embedded 1.5B wrote 0.57 of the answer tokens in about 0.4 of
+    # the time on 12 held-out Re-DocRED documents, but found fewer names (recall 0.84 against
+    # 0.90, lower in both halves): a choice for speed, not the default (docs/performance.md).
+    descriptions: Literal["full", "short"] = "full"
     # Configured entity types meant for concepts, products and works ("machine learning",
     # "inflation", "iPhone"): a name of one of these types is never dropped as a common noun.
     # Compared case-insensitively, "_" and "-" as spaces; types not configured are ignored.

@@ -519,3 +519,52 @@ def test_name_checks_can_be_turned_off(tmp_path):
     result = run(extract_graph(units("The city slept."), llm.client(),
                                settings=settings(tmp_path, checks="off"), language="en"))
     assert result.entities["title"].tolist() == ["John Smith", "city"]
+
+
+def _first_prompt(tmp_path, language="en", text="Alice met Bob.", **kwargs) -> str:
+    llm = ScriptedLLM(lambda body: {"missed": False} if schema_name(body) == "GleanCheck"
+                      else {"entities": [], "relationships": []})
+    run(extract_graph(units(text), llm.client(), settings=Settings(root=str(tmp_path), **kwargs), language=language))
+    return whole(llm.requests[0])
+
+
+def test_short_descriptions_are_asked_for_when_chosen_and_full_ones_by_default(tmp_path):
+    # Short answers are a choice for speed: on held-out documents the 1.5B found fewer names
+    # with them (docs/performance.md), so no model gets them unasked.
+    hosted = {"provider": "openai", "model": "gpt-4o", "base_url": "http://x/v1"}
+    small, large = _first_prompt(tmp_path), _first_prompt(tmp_path, chat=hosted)
+    for full in (small, large):
+        assert "complete, self-contained sentences" in full and "at most 12 words" not in full
+    short = _first_prompt(tmp_path, extraction={"descriptions": "short"})
+    assert "at most 12 words" in short and "complete, self-contained sentences" not in short
+    assert "{description_rule}" not in small + large + short
+    chinese = _first_prompt(tmp_path, language="zh", text="孙悟空拜菩提祖师为师。", extraction={"descriptions": "short"})
+    assert "不超过25个字" in chinese and "{description_rule}" not in chinese
+
+
+def test_a_projects_own_extraction_prompt_without_the_description_rule_is_sent_as_written(tmp_path):
+    # Prompts written before {description_rule} existed (a user's, prompt-tune's) keep working.
+    own = tmp_path / "prompts" / "en" / "extract_graph.txt"
+    own.parent.mkdir(parents=True)
+    own.write_text("Extract {entity_types} from this.\n{examples}\n=== user ===\n{text}", encoding="utf-8")
+    sent = _first_prompt(tmp_path)
+    assert sent.startswith("Extract organization, person, geo, event from this.") and "12 words" not in sent
+
+
+def test_short_descriptions_show_short_examples_unless_the_project_changed_its_examples(tmp_path):
+    # The 1.5B copied the examples' 12-word sentences whatever the rule said: the examples
+    # themselves have to be short.
+    full = "Harbor Logistics is a shipping firm based in Rotterdam"
+    short = {"descriptions": "short"}
+    small = _first_prompt(tmp_path, extraction=short)
+    assert '"description": "shipping firm based in Rotterdam"' in small and full not in small
+    assert full in _first_prompt(tmp_path)
+    chinese = _first_prompt(tmp_path, language="zh", text="孙悟空拜菩提祖师为师。", extraction=short)
+    assert '"description": "总部位于杭州的物流企业"' in chinese
+    # A project's own examples (prompt-tune's, a user's) are what the model sees, in any mode.
+    own = tmp_path / "prompts" / "en" / "examples_graph.txt"
+    own.parent.mkdir(parents=True)
+    own.write_text('Example text:\n"""\nMina met Ola.\n"""\nAnswer:\n{"entities": [], "relationships": []}\n',
+                   encoding="utf-8")
+    mine = _first_prompt(tmp_path, extraction=short)
+    assert "Mina met Ola." in mine and "Harbor Logistics" not in mine

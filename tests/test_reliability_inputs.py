@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from mock_llm import MockServer, start_mock_server
 from sensegraph.cli import main as cli_main
+from sensegraph.index.extract import DESCRIPTION_RULES
 from sensegraph.prompts import load_prompt, render, to_messages
 from sensegraph.store.tables import read_table
 from test_pipeline import DOCS, _cli_env, schema_name, write_docs
@@ -197,9 +198,10 @@ def test_prompt_injection_stays_data(tmp_path, server):
     result = run_index(tmp_path, server)
     assert result.exit_code == 0, result.output
     types = ["organization", "person", "geo", "event"]
+    # (the mock model states no size: full descriptions, the packaged examples)
     expected_system = to_messages(render(load_prompt("extract_graph", "en", tmp_path), entity_types=", ".join(types),
                                          examples=load_prompt("examples_graph", "en", tmp_path).strip(),
-                                         text=INJECTION))[0]
+                                         description_rule=DESCRIPTION_RULES["en"]["full"], text=INJECTION))[0]
     extraction = [b for b in server.requests if schema_name(b) == "ExtractedGraph"]
     evil = [b for b in extraction if "Ignore previous instructions" in b["messages"][-1]["content"]]
     assert len(evil) == 1

@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field, create_model, field_validator
 
 from ..config import Settings
 from ..llm import ChatClient, LLMError
-from ..prompts import load_prompt, render, to_messages
+from ..prompts import PACKAGE_DIR, load_prompt, prompt_language, render, to_messages
 from .grounding import UnitText, clause, fold, generic, grounded, value_type
 from .windows import run_windowed, window_of
 
@@ -50,6 +50,16 @@ CHECK_MAX_TOKENS = 20
 # difflib ratio from which an unknown type counts as a misspelling of a configured one:
 # "organisation"/"organization" is 0.92, "personal"/"person" 0.86, "location"/"organization" 0.6.
 TYPE_SIMILARITY = 0.8
+# {description_rule} of extract_graph.txt, by extraction.descriptions and prompt language.
+DESCRIPTION_RULES = {
+    "en": {"full": "Descriptions are complete, self-contained sentences.",
+           "short": "Keep descriptions short: an entity's description says what it is in a few words "
+                    "(\"American film actress\", \"port city in the Netherlands\"); a relationship's description is "
+                    "one sentence of at most 12 words."},
+    "zh": {"full": "描述使用完整、可独立理解的句子。",
+           "short": "描述要简短：实体的描述用几个词说明它是什么（如“美国电影演员”“荷兰的港口城市”）；"
+                    "关系的描述用一句不超过25个字的话。"},
+}
 CLAIM_STATUSES = ("TRUE", "FALSE", "SUSPECTED")
 
 
@@ -478,11 +488,22 @@ class _Rows:
 
 
 def extraction_prompts(settings: Settings, language: str) -> dict[str, str]:
-    """The prompts extraction reads (the project's own where it has them)."""
+    """The prompts extraction reads (the project's own where it has them).
+
+    Short descriptions come with examples_graph_short: a small model copies the examples'
+    style and ignores the rule that asks for short ones (the 1.5B wrote the same 12-word
+    sentences under both). Examples a project changed (its own, prompt-tune's) win all the same."""
     names = ["extract_graph", "examples_graph", "glean_check", "glean_continue"]
     if settings.extraction.claims:
         names.append("extract_claims")
-    return {n: load_prompt(n, language, settings.root) for n in names}
+    prompts = {n: load_prompt(n, language, settings.root) for n in names}
+    if settings.extraction.descriptions == "short" and _packaged(prompts["examples_graph"], language):
+        prompts["examples_graph"] = load_prompt("examples_graph_short", language, settings.root)
+    return prompts
+
+
+def _packaged(text: str, language: str) -> bool:
+    return text == (PACKAGE_DIR / prompt_language(language) / "examples_graph.txt").read_text(encoding="utf-8")
 
 
 async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: Settings, language: str,
@@ -508,6 +529,8 @@ async def extract_graph(text_units: pd.DataFrame, llm: ChatClient, *, settings: 
     # (`prompts` as extraction_prompts gives them: a Ray Data worker gets them from the driver,
     # which may see a project folder the worker's node does not.)
     prompts = prompts if prompts is not None else extraction_prompts(settings, language)
+    rule = DESCRIPTION_RULES[prompt_language(language)][settings.extraction.descriptions]
+    prompts = {**prompts, "extract_graph": render(prompts["extract_graph"], description_rule=rule)}
     ex = settings.extraction
     schema = graph_schema(ex.entity_types, ex.max_entities, ex.max_relationships)
     map_type = type_mapper(ex.entity_types)
