@@ -491,8 +491,8 @@ def extraction_prompts(settings: Settings, language: str) -> dict[str, str]:
     """The prompts extraction reads (the project's own where it has them).
 
     Short descriptions come with examples_graph_short: a small model copies the examples'
-    style and ignores the rule that asks for short ones (the 1.5B wrote the same 12-word
-    sentences under both). Examples a project changed (its own, prompt-tune's) win all the same."""
+    style over the rule (with the short rule and the full examples, the 1.5B still wrote
+    12-word sentences). Examples a project changed (its own, prompt-tune's) win all the same."""
     names = ["extract_graph", "examples_graph", "glean_check", "glean_continue"]
     if settings.extraction.claims:
         names.append("extract_claims")
