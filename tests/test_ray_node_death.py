@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -28,10 +29,13 @@ def test_a_ray_data_worker_node_killed_mid_run_loses_no_item(cluster, tmp_path):
     node = subprocess.Popen([*RAY, "start", f"--address={cluster}", "--num-cpus=1", "--block"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not _raylet(node.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(2)  # (registered with the head a moment after its raylet starts)
+        # Ray Data places the actors on the nodes the cluster knows when the run starts: wait until
+        # the head counts the third node's CPU (seconds after its raylet starts, longer under load;
+        # a fixed pause was too short once in CI and no actor went there).
+        deadline = time.monotonic() + 90
+        while _cpus(cluster, env) < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _raylet(node.pid) and _cpus(cluster, env) == 3, "the third node did not join the cluster"
         data = {"address": cluster, "data": True, "data_path": str(tmp_path / "partitions"), "partition_units": 1,
                 "workers": 3}  # one actor per node: Ray Data spreads them
         with start_mock_server(latency=0.3) as a, start_mock_server(latency=0.3) as b:
@@ -68,6 +72,14 @@ def test_a_ray_data_worker_node_killed_mid_run_loses_no_item(cluster, tmp_path):
     assert seen == [True, True]  # an actor was on the node when it died, and the node was killed
     assert not result.failures
     assert snapshot(tmp_path / "ray" / "output") == snapshot(tmp_path / "alone" / "output")
+
+
+def _cpus(address: str, env: dict) -> float:
+    """The CPUs the cluster at `address` counts now (its autoscaler's view, which the head
+    refreshes every few seconds), 0 while it cannot tell."""
+    out = subprocess.run([*RAY, "status", f"--address={address}"], capture_output=True, text=True, env=env).stdout
+    match = re.search(r"/([0-9.]+) CPU", out)
+    return float(match.group(1)) if match else 0.0
 
 
 def _raylet(pgid: int) -> list[str]:
