@@ -306,11 +306,13 @@ class LazySettings(_Section):
     # unit that bears on a question is a few sentences (sensegraph/query/passages.py).
     snippet_tokens: int = Field(120, ge=20, description="tokens of a unit a relevance test reads: its best sentences")
     claim_tokens: int = Field(300, ge=20, description="tokens of a relevant unit claims are drawn from: its best passages")
-    # A claim is kept only if at least this share of its terms occur in the passages it cites
-    # (words; character pairs for Chinese): the embedded 1.5B model turns subqueries into
-    # "claims" ("The story explores themes related to military teams") that no passage says.
-    # 0 = keep every claim that cites a passage. A claim phrased as a question is never kept.
-    claim_grounding: float = Field(0.5, ge=0, le=1, description="share of a claim's terms its passages must hold")
+    # A claim is kept only if at least this share of its own terms (words, character pairs for
+    # Chinese; those not in the question or a subquery) occur in the passages it cites: the
+    # embedded 1.5B model turns subqueries into "claims" ("The story explores themes related to
+    # military teams") that no passage says. 0 = keep every claim that cites a passage. A claim
+    # phrased as a question is never kept.
+    claim_grounding: float = Field(0.5, ge=0, le=1,
+                                   description="share of a claim's own terms (not the question's) its passages must hold")
     test_max_tokens: int = Field(600, ge=64, description="answer of one relevance-test call")
     claims_per_unit: int = Field(3, ge=1, le=20, description="claims a claim call may give per unit it reads")
     claims_max_tokens: int = Field(2400, ge=64, description="answer of one claim-extraction call, at most")

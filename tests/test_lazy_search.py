@@ -355,6 +355,32 @@ def test_claim_grounding_in_both_scripts():
     assert not grounded("故事探讨了自由与命运的主题。", "猴王漂洋过海，拜菩提祖师为师，得名孙悟空。", 0.5)
 
 
+def test_a_claim_framed_in_the_questions_words_is_judged_by_its_own_words():
+    # A good model answers "what do tech leaders emphasize?" with "Tech leaders emphasize cloud
+    # infrastructure": the framing is the question's, the content the passage's. Counted over
+    # every term, the framing sank such claims (5 of the 6 claims of the podcast question at
+    # budget 100 were dropped, the answer rested on one); and a name the question gave made an
+    # invented answer look half grounded.
+    from sensegraph.query.lazy_search import grounded
+
+    asked = ("What recurring topics do tech leaders emphasize in their discussions? "
+             "Which areas of technology are frequently covered in tech leader meetings?")
+    passage = "We moved software development onto cloud infrastructure last year; the AI team reviews every change."
+    assert grounded("Tech leaders emphasize cloud infrastructure.", passage, 0.5, asked)
+    assert grounded("Tech leaders frequently cover topics related to software development, cloud "
+                    "infrastructure, and artificial intelligence.", passage, 0.5, asked)
+    assert not grounded("Tech leaders emphasize quantum computing.", passage, 0.5, asked)
+    assert not grounded("Tech leaders emphasize recurring topics in their discussions.", passage, 0.5, asked)
+    film = "Fortunella is a 1958 Italian comedy film directed by Eduardo De Filippo."
+    assert grounded("Fortunella was directed by Eduardo De Filippo.", film, 0.5, "Who directed the film Fortunella?")
+    assert not grounded("The film Fortunella was directed by Federico Fellini.", film, 0.5,
+                        "Who directed the film Fortunella?")
+    # framed in the question's words (character pairs), in Chinese too
+    zh = "猴王漂洋过海，拜菩提祖师为师，得名孙悟空。"
+    assert grounded("孙悟空的师父是菩提祖师。", zh, 0.5, "孙悟空的师父是谁？")
+    assert not grounded("孙悟空的师父是太上老君。", zh, 0.5, "孙悟空的师父是谁？")
+
+
 def test_claims_are_ranked_round_robin_over_communities(tmp_path):
     from sensegraph.query.lazy_search import Found, Search, Test, rank_claims
 
@@ -524,7 +550,8 @@ def test_works_on_a_standard_index_too(tmp_path):
 
 def test_a_chinese_question_gets_chinese_prompts(tmp_path):
     script = Script(subqueries=["港口 渔船", "港口"], relevant=lambda text: "港口" in text)
-    texts = {0: "港口 渔船 fact", 1: "港口 风暴", 2: "学校 预算", 3: "学校", 4: "博物馆", 5: "灯塔",
+    # (the scripted claims add two words of their own, "CLAIM-<id>", so a passage says more)
+    texts = {0: "港口 渔船 fact 沉没 风暴", 1: "港口 风暴 码头 关闭", 2: "学校 预算", 3: "学校", 4: "博物馆", 5: "灯塔",
              6: "渔船", 7: "渔船 市场", 8: "市场", 9: "桥", 10: "选举", 11: "议会", 12: "档案", 13: "灯塔 桥",
              14: "风暴"}
     q, llm = make(tmp_path, script, question="港口的渔船发生了什么？", tables=lazy_tables(texts))
@@ -829,6 +856,12 @@ def test_claim_batches_keep_a_communitys_units_together(tmp_path):
     ("Tom Marlow never married.", ""),            # the passage's own negation
     ("Tom Marlow married Ann Lee.", "negation"),   # ... denied by the claim's matching sentence
     ("孙悟空没有拜师。", "negation"),
+    # a negation counts where it governs what the claim says, not anywhere in the sentence (the
+    # podcast's "3G ... as standard and 4G would be out there, but not universal by then")
+    ("Gia Marlow directed Palo Verde, not Nine Hills.", ""),
+    ("Tom Marlow was not married to Ann Lee.", ""),
+    ("Ann Lee married Tom Marlow.", "negation"),
+    ("Gia Marlow wasn't the director of Palo Verde.", "negation"),
 ])
 def test_a_claim_that_contradicts_its_passage_is_caught(claim, verdict):
     from sensegraph.query.lazy_search import contradicted
@@ -836,6 +869,18 @@ def test_a_claim_that_contradicts_its_passage_is_caught(claim, verdict):
     passage = ("Gia Marlow was born in 1987. Gia Marlow directed Palo Verde in 2013. Tom Marlow never married "
                "Ann Lee. 孙悟空拜菩提祖师为师。")
     assert contradicted(claim, passage) == verdict
+
+
+def test_a_negation_elsewhere_in_the_matching_sentence_is_no_contradiction():
+    from sensegraph.query.lazy_search import contradicted
+
+    passage = ("We knew back in 2006, 2007, that by 2017, we'd have 3G cellular telephony as standard and something "
+               "called 4G would almost certainly be out there, but not universal by then.")
+    assert contradicted("Tech leaders frequently cover issues related to 3G cellular telephony and 4G networks.",
+                        passage) == ""
+    assert contradicted("3G cellular telephony was not standard by 2017.", passage) == "negation"
+    assert contradicted("孙悟空没有拜菩提祖师为师，而是自学成才。", "孙悟空拜菩提祖师为师，不愿回家。") == "negation"
+    assert contradicted("孙悟空拜菩提祖师为师。", "孙悟空拜菩提祖师为师，不愿回家。") == ""
 
 
 # -- the yes-no tester: one call per unit, the model's P(yes) -------------------------------------

@@ -54,7 +54,8 @@ the steps below follow its outline and the details are choices made here:
    are packed into token-bounded batches; one call per batch (prompt `lazy_claims`) extracts up
    to `lazy.claims_per_unit` claims per unit it reads, each with the `human_readable_id` of the
    units it rests on (a claim citing no unit of its batch is dropped and counted). A claim must
-   share `lazy.claim_grounding` of its terms with its passages and contradict none of them (a
+   share `lazy.claim_grounding` of its own terms (those not in the question or a subquery) with
+   its passages and contradict none of them (a
    number they do not hold, or a negation their matching sentence lacks, or the reverse:
    `contradicted`); repeats are merged. Claims are ranked round-robin over the groups (each
    group's best claim first), so a broad question hears from every relevant community, packed
@@ -85,7 +86,7 @@ from .context import Context, Section, chunks, header, pack, row_values
 from .data import list_ids
 from ..index.grounding import fold
 from .graph_walk import graph_of, pagerank
-from .passages import passage, sentences, terms, vocabulary
+from .passages import CJK, passage, sentences, terms, vocabulary
 
 MAX_SUBQUERIES = 8  # LazySettings.subqueries allows at most this many
 MAX_BATCH = 24  # units per relevance-test call: the verdict list's maxItems
@@ -801,16 +802,23 @@ class Found:
     order: int
 
 
-def grounded(claim: str, cited: str, share: float) -> bool:
+def grounded(claim: str, cited: str, share: float, asked: str = "") -> bool:
     """Whether `claim` says something its cited passages say: not a question, and at least
-    `share` of its terms (passages.terms: words, or character pairs for Chinese) occur in them.
-    A small model's "claims" that restate the question or a subquery fail this; a paraphrase of
-    the passage passes, since it reuses the passage's names and words."""
+    `share` of its own terms (passages.terms: words, or character pairs for Chinese) occur in
+    them. Its own terms are those not in `asked` (the question and subqueries): "Tech leaders
+    emphasize cloud infrastructure" is framed in the question's words and says "cloud
+    infrastructure", which the passage must hold; counted with the framing it failed, and a
+    name the question gave ("Fortunella was directed by Federico Fellini") made an invented
+    answer half grounded. A claim all in the question's words ("The Central Lower Peninsula of
+    Michigan is located in Michigan") is judged by all of them. A small model's "claims" that
+    restate a subquery fail; a paraphrase of the passage passes, since it reuses the passage's
+    names and words."""
     if claim.rstrip().endswith(("?", "？")):
         return False
     if share <= 0:
         return True
     words = set(terms(claim))
+    words = (words - set(terms(asked))) or words
     if not words:
         return False
     return len(words & set(terms(cited))) >= share * len(words)
@@ -818,14 +826,45 @@ def grounded(claim: str, cited: str, share: float) -> bool:
 
 _NEGATION = re.compile(r"\b(?:not|no|never|none|neither|nor|without|cannot)\b|n[’']t\b|[不没未无非否别]", re.IGNORECASE)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_CLAUSE_END = re.compile(r"[,;:.!?，；：。！？、]|\bbut\b", re.IGNORECASE)
+_CJK_CHAR = re.compile(f"[{CJK}]")
+# Chinese function characters that say nothing of what a negation governs
+_CJK_FUNCTION = frozenset("的了是在和有也就都而及与着过")
+
+
+def _units(text: str) -> set[str]:
+    """What a negation's reach is compared by: terms, and single characters for Chinese (its
+    character pairs rarely survive a rephrasing: 没有拜师 against 拜菩提祖师为师)."""
+    return ({t for t in terms(_CJK_CHAR.sub(" ", text))}
+            | {c for c in _CJK_CHAR.findall(text) if c not in _CJK_FUNCTION and not _NEGATION.match(c)})
+
+
+def _negated(text: str) -> tuple[set[str], set[str]]:
+    """The units each negation of `text` governs (from it to the end of its clause), and the
+    units outside every negation's reach."""
+    inside: list[str] = []
+    outside: list[str] = []
+    at = 0
+    for m in _NEGATION.finditer(text):
+        if m.start() < at:
+            continue
+        outside.append(text[at:m.start()])
+        end = _CLAUSE_END.search(text, m.end())
+        at = end.start() if end else len(text)
+        inside.append(text[m.end():at])
+    outside.append(text[at:])
+    return _units(" ".join(inside)), _units(" ".join(outside))
 
 
 def contradicted(claim: str, cited: str) -> str:
     """Why a claim says other than its passages, or "" (no model; the rule bench/lazy_budget.py
     measures): a number the passages do not hold ("born in 1932" from "born in 1923"), or a
-    negation the passages' matching sentence lacks, or the reverse ("was not married" from a
-    sentence saying she married him). The matching sentence is the cited sentence sharing the
-    most terms with the claim; a negation elsewhere in the passages does not count."""
+    negation that governs what the other side states plainly: the claim denies what the
+    passages' matching sentence says ("did not direct Palo Verde" against "directed Palo
+    Verde"), or says what the sentence denies ("was married to Ann Lee" against "never married
+    Ann Lee"). The matching sentence is the cited sentence sharing the most terms with the
+    claim; a negation elsewhere in the passages, or in another clause of that sentence ("4G
+    would be out there, but not universal"), does not count."""
     numbers = {n.replace(",", "") for n in _NUMBER.findall(cited)}
     if any(n.replace(",", "") not in numbers for n in _NUMBER.findall(claim)):
         return "number"
@@ -835,8 +874,11 @@ def contradicted(claim: str, cited: str) -> str:
         shared = len(words & set(terms(sentence)))
         if shared > overlap:
             best, overlap = sentence, shared
-    if overlap >= 2 and bool(_NEGATION.search(claim)) != bool(_NEGATION.search(best)):
-        return "negation"
+    if overlap >= 2:
+        denied, said = _negated(claim)
+        denied_there, said_there = _negated(best)
+        if denied & said_there or denied_there & said:
+            return "negation"
     return ""
 
 
@@ -879,6 +921,9 @@ async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
     batches, community_of = claim_batches(q, plan, search, ranking)
     n_subs = len(plan.subqueries)
     counts = {"claims_dropped": 0, "claims_ungrounded": 0, "claims_contradicted": 0}
+    # the claims' framing: the user's question and the subqueries (not the model's expansion,
+    # which may guess at the answer)
+    asked = " ".join([q.question, *plan.subqueries])
 
     async def one(i: int, section: Section) -> list[Found]:
         most = max(1, lazy.claims_per_unit * len(section))
@@ -897,7 +942,7 @@ async def extract_claims(q: Query, plan: Plan, search: Search, ranking: Ranking,
                 counts["claims_dropped"] += 1  # a claim that names no passage of its batch is unchecked
                 continue
             cited = " ".join(r.get("text") or "" for r in section.records if r["ref"] in sources)
-            if not grounded(text, cited, lazy.claim_grounding):
+            if not grounded(text, cited, lazy.claim_grounding, asked):
                 counts["claims_dropped"] += 1
                 counts["claims_ungrounded"] += 1
                 continue
