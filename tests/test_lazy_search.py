@@ -152,13 +152,10 @@ class Script:
         return "The boats were found [Data: Sources (" + ", ".join(map(str, refs + [777])) + ")]."
 
 
-def make(tmp_path, script: Script, question: str = QUESTION, tables=None, server=None, query=None, local=None,
+def make(tmp_path, script: Script, question: str = QUESTION, tables=None, server=None, query=None,
          **lazy) -> tuple[Query, ScriptedLLM]:
-    # local: the embedded model's settings, and its provider (the calls still go to the script)
-    chat = {"provider": "local"} if local is not None else {
-        "provider": "openai", "model": "scripted", "base_url": "http://scripted/v1", "api_key": "k"}
     settings = load_settings(tmp_path, overrides={
-        "chat": chat, "local": local or {},
+        "chat": {"provider": "openai", "model": "scripted", "base_url": "http://scripted/v1", "api_key": "k"},
         "cache": {"enabled": False}, "lazy": {"tester": "chat", "units_per_community": 2, **lazy},
         "query": query or {}})
     responder = refusing_json_schema(script) if server == "no_json_schema" else script
@@ -581,30 +578,6 @@ def test_disobedient_servers_do_not_lose_the_answer(tmp_path, server):
     assert sorted(r.citations["Sources"]) == [100, 101, 102]
     if server == "no_json_schema":
         assert "json_object" in [(b.get("response_format") or {}).get("type") for b in llm.requests]
-
-
-@pytest.mark.parametrize("form", ["scores", "pick"])
-def test_a_wave_that_fits_an_embedded_slot_is_tested_in_one_call(tmp_path, form):
-    # A relevance call's answer is a short list, so on the embedded model it has the slot's room
-    # for passages, not an answer call's (query.answer_max_tokens kept back). The podcast's waves
-    # of 24 passages went out as 22 and a remainder of 1-4, each call repeating the instructions.
-    from sensegraph.tokens import count_tokens
-
-    filler = " ".join(["the harbor master logged the weather and the tide tables at dawn"] * 9)
-    texts = {i: f"{t} {filler}" for i, t in TEXTS.items()}
-    slot = 3000
-    q, llm = make(tmp_path, Script(), tables=lazy_tables(texts), local={"context_per_slot": slot}, test_format=form)
-    run(lazy_search(q, budget=len(texts)))
-    tests = [b for b in llm.requests if asked(b) in ("Ratings", "Picks")]
-    # two waves: 13 units, then the 2 left after deepening; each in one call
-    assert [len(rows_of(b)) for b in tests] == [13, 2]
-    for b in tests:  # and the call fits the slot, its answer included
-        assert sum(count_tokens(m["content"]) for m in b["messages"]) + b["max_tokens"] <= slot
-    # a hosted model keeps the context the user set (query.context_tokens) for every call
-    q2, llm2 = make(tmp_path, Script(), tables=lazy_tables(texts), query={"context_tokens": 1400}, test_format=form)
-    run(lazy_search(q2, budget=len(texts)))
-    assert [len(rows_of(b)) for b in llm2.requests if asked(b) in ("Ratings", "Picks")][-1] == 2
-    assert len([b for b in llm2.requests if asked(b) in ("Ratings", "Picks")]) == 3  # the first wave split
 
 
 def test_a_failed_test_call_is_reported_and_the_search_goes_on(tmp_path):

@@ -90,9 +90,6 @@ from .passages import CJK, passage, sentences, terms, vocabulary
 
 MAX_SUBQUERIES = 8  # LazySettings.subqueries allows at most this many
 MAX_BATCH = 24  # units per relevance-test call: the verdict list's maxItems
-# A relevance call's instructions (at most ~260 tokens, the Chinese ones) and the chat template,
-# with room for the model's tokenizer counting the passages higher than ours
-TEST_PROMPT_TOKENS = 400
 MAX_SOURCES = 5
 CLAIM_TOKENS = 70  # generated tokens one claim with its fields takes, about
 ORPHANS = -1  # the community number of the units no community holds
@@ -347,15 +344,15 @@ async def chat_tester(q: Query, plan: Plan, ranking: Ranking, wave: Wave,
     plan.passages.update((r, count_tokens(row["text"])) for r, row in zip(rows, shown))
     batches: list[tuple[Section, list[int]]] = []
     per_call = min(MAX_BATCH, q.settings.lazy.units_per_call)
-    form = q.settings.lazy_test_format()[0]
     start = 0
-    for section in chunks("Sources", shown, _test_budget(q, plan, form)):
+    for section in chunks("Sources", shown, _batch_budget(q, plan)):
         part = rows[start:start + len(section)]
         start += len(section)
         for i in range(0, len(part), per_call):  # the rating list holds at most MAX_BATCH
             sub = Section("Sources", section.lines[i:i + per_call], section.records[i:i + per_call])
             batches.append((sub, part[i:i + per_call]))
     threshold = q.settings.lazy.relevance_threshold
+    form = q.settings.lazy_test_format()[0]
     pick = form == "pick"
     if form == "yesno":
         return await _yesno(q, plan, rows, shown, failures)
@@ -460,23 +457,6 @@ async def _yesno(q: Query, plan: Plan, rows: list[int], shown: list[pd.Series],
 def _batch_budget(q: Query, plan: Plan) -> int:
     # The instructions, question and subqueries sit beside the units in one prompt.
     return max(300, q.budget - count_tokens(q.question) - count_tokens(plan.numbered()) - 50)
-
-
-def _test_budget(q: Query, plan: Plan, form: str) -> int:
-    """A relevance call's room for passages. Its answer is a short list (ids, or a rating per
-    unit), so on the embedded model's slot it has room that an answer call, which keeps
-    query.answer_max_tokens back for its answer, does not: a podcast wave of 24 passages (~3,000
-    tokens) goes out in one call, not as 22 and a remainder that repeats the instructions. A
-    hosted model keeps the context the user set (query.context_tokens)."""
-    base = _batch_budget(q, plan)
-    s = q.settings
-    if s.chat.provider != "local":
-        return base
-    lazy = s.lazy
-    answer = lazy.test_max_tokens if form == "answers" else min(lazy.test_max_tokens, 40 + 14 * MAX_BATCH)
-    room = (s.local.context_per_slot - TEST_PROMPT_TOKENS - answer
-            - count_tokens(q.question) - count_tokens(plan.numbered()))
-    return max(base, room)
 
 
 def _span(refs: list[int]) -> str:
