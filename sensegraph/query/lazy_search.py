@@ -55,9 +55,9 @@ the steps below follow its outline and the details are choices made here:
    to `lazy.claims_per_unit` claims per unit it reads, each with the `human_readable_id` of the
    units it rests on (a claim citing no unit of its batch is dropped and counted). A claim must
    share `lazy.claim_grounding` of its own terms (those not in the question or a subquery) with
-   its passages and contradict none of them (a
-   number they do not hold, or a negation their matching sentence lacks, or the reverse:
-   `contradicted`); repeats are merged. Claims are ranked round-robin over the groups (each
+   its passages and contradict none of them (a number they do not hold, or a negation that
+   governs what their matching sentence states, or the reverse: `contradicted`); repeats are
+   merged. Claims are ranked round-robin over the groups (each
    group's best claim first), so a broad question hears from every relevant community, packed
    under `settings.query_context_tokens()` and reduced into the answer with global search's
    reduce prompt (`query_reduce`); citations are `Sources` ids checked like every method's. The
@@ -835,7 +835,7 @@ _CJK_FUNCTION = frozenset("的了是在和有也就都而及与着过")
 def _units(text: str) -> set[str]:
     """What a negation's reach is compared by: terms, and single characters for Chinese (its
     character pairs rarely survive a rephrasing: 没有拜师 against 拜菩提祖师为师)."""
-    return ({t for t in terms(_CJK_CHAR.sub(" ", text))}
+    return (set(terms(_CJK_CHAR.sub(" ", text)))
             | {c for c in _CJK_CHAR.findall(text) if c not in _CJK_FUNCTION and not _NEGATION.match(c)})
 
 
@@ -857,8 +857,8 @@ def _negated(text: str) -> tuple[set[str], set[str]]:
 
 
 def contradicted(claim: str, cited: str) -> str:
-    """Why a claim says other than its passages, or "" (no model; the rule bench/lazy_budget.py
-    measures): a number the passages do not hold ("born in 1932" from "born in 1923"), or a
+    """Why a claim says other than its passages, or "" (no model; bench/claim_checks.py
+    measures the rule): a number the passages do not hold ("born in 1932" from "born in 1923"), or a
     negation that governs what the other side states plainly: the claim denies what the
     passages' matching sentence says ("did not direct Palo Verde" against "directed Palo
     Verde"), or says what the sentence denies ("was married to Ann Lee" against "never married
