@@ -214,6 +214,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                                                             "retry_after_headers": {"Retry-After": "3600"}}}, {}]},
     "401 on one": {"servers": [{"mock": {"api_key": "other"}}, {}]},
     "garbage 200s on one": {"servers": [{"mock": {"faults": {"invalid": 1.0}}}, {}]},
+    # a server whose structured decoding breaks: 500 to every json_schema request, plain ones served
+    "500 to json_schema on both": {"servers": [{"mock": {"reject_formats": ("json_schema",), "reject_status": 500}},
+                                               {"mock": {"reject_formats": ("json_schema",), "reject_status": 500}}]},
+    "500 to json_schema on one": {"servers": [{"mock": {"reject_formats": ("json_schema",), "reject_status": 500}},
+                                              {}]},
     # --ray: through 2 workers on a local cluster
     "Ray: healthy (2 servers, 2 workers)": {"servers": [{}, {}], "ray": True},
     "Ray: one of 2 servers dead (each worker both)": {"servers": ["dead", {}], "ray": True},

@@ -313,7 +313,7 @@ class MockServer:
                  reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
                  api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0,
                  answer_scale: float = 1.0, fast_vectors: bool = False,
-                 responder: Callable[[dict[str, Any]], str | None] | None = None):
+                 responder: Callable[[dict[str, Any]], str | None] | None = None, reject_status: int = 400):
         unknown = set(faults or {}) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)}; allowed: {', '.join(FAULTS)}")
@@ -325,6 +325,9 @@ class MockServer:
         self.port = port
         # response_format types answered with 400, like a server without structured output.
         self.reject_formats = set(reject_formats)
+        # 400 by default; 500 like a server whose structured decoding breaks on the request
+        # (vLLM's guided decoding has answered so: vllm-project/vllm#8429, #13260).
+        self.reject_status = reject_status
         # Like a real server: unknown model names get 404, a missing or wrong key gets 401.
         self.models = tuple(models) if models is not None else None
         self.api_key = api_key
@@ -571,8 +574,11 @@ class MockServer:
                 return True
             rf_type = (body.get("response_format") or {}).get("type")
             if kind == "chat" and rf_type in self.reject_formats:
-                self._send(writer, 400, _error(f"response_format type {rf_type!r} is not supported",
-                                               "invalid_request_error"))
+                if self.reject_status >= 500:
+                    self._send(writer, self.reject_status, _error("Internal Server Error", "server_error"))
+                else:
+                    self._send(writer, self.reject_status, _error(
+                        f"response_format type {rf_type!r} is not supported", "invalid_request_error"))
                 return True
             if kind == "chat":
                 self._chat(writer, body, digest, fault)
@@ -682,13 +688,16 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
                       reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
                       api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0,
                       answer_scale: float = 1.0, fast_vectors: bool = False,
-                      responder: Callable[[dict[str, Any]], str | None] | None = None) -> MockServer:
+                      responder: Callable[[dict[str, Any]], str | None] | None = None,
+                      reject_status: int = 400) -> MockServer:
     """Start a mock server in a background thread; use as a context manager or call `.stop()`.
 
     faults: rates per fault, e.g. {"429": 0.1, "hang": 0.01} (FAULTS lists them).
     script: one entry per request, in arrival order, before random faults apply:
             "ok", a fault name, "fenced", "length" or any HTTP status such as "401".
     reject_formats: response_format types answered with 400 ("json_schema", "json_object").
+    reject_status: the status they are answered with instead (500: a server whose structured
+            decoding breaks on them).
     models: the model names served (listed by GET /models); others get 404. None: any name.
     api_key: if set, requests without `Authorization: Bearer <api_key>` get 401.
     batch_limit: at most this many requests are answered at once, the others queue (0 = no limit).
@@ -704,7 +713,7 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
     return MockServer(latency=latency, faults=faults, script=script, seed=seed, port=port,
                       reject_formats=reject_formats, models=models, api_key=api_key, yes_rate=yes_rate,
                       batch_limit=batch_limit, answer_scale=answer_scale, fast_vectors=fast_vectors,
-                      responder=responder).start()
+                      responder=responder, reject_status=reject_status).start()
 
 
 def main() -> None:

@@ -129,10 +129,12 @@ def test_item_failing_every_attempt_raises_and_is_recorded(mock_server):
         asyncio.run(_extract(client, item="tu-7"))
     assert "extract" in str(err.value) and "tu-7" in str(err.value)
     assert "3 attempts" in str(err.value) and "500" in str(err.value)
-    assert server.stats["requests"] == 3
+    # the second 500 in a row is asked again at once in JSON mode (a server may fail the format
+    # with a 500); that failing too, the 500s are the server's and the attempts go on as they were
+    assert server.stats["requests"] == 4
     use = client.usage.step("extract")
     assert use.failures == ["tu-7"]
-    assert (use.calls, use.requests, use.retries) == (0, 3, 2)
+    assert (use.calls, use.requests, use.retries) == (0, 4, 3)
 
 
 def test_invalid_json_every_attempt_fails_with_schema_reason(mock_server):
@@ -183,6 +185,97 @@ def test_falls_back_to_prompt_only_when_json_mode_is_refused_too(mock_server):
     assert reply.entities
     kinds = [(r.get("response_format") or {}).get("type") for r in server.requests]
     assert kinds == ["json_schema", "json_object", None]
+
+
+def _three_calls(client: ChatClient):
+    async def run():
+        try:
+            return [await client.structured(messages(f"{TEXT} Call {n}."), Extraction, step="extract",
+                                            item=f"tu-{n}", max_tokens=800) for n in range(3)]
+        finally:
+            await client.aclose()
+    return asyncio.run(run())
+
+
+def test_a_server_that_fails_json_schema_with_500_steps_down_to_json_mode(mock_server):
+    # vLLM's guided decoding has answered structured requests it cannot serve with a 500 while
+    # plain ones work: that is no outage, and waiting one out (outage_timeout) would stall the run
+    server = mock_server(reject_formats=("json_schema",), reject_status=500)
+    client = ChatClient(settings(server, max_retries=2, outage_timeout=5), cache=None)
+    replies = _three_calls(client)
+    assert all(r.entities for r in replies)
+    kinds = [(r.get("response_format") or {}).get("type") for r in server.requests]
+    # a request's second 500 in a row is asked again at once in JSON mode; the second time
+    # that happens, JSON mode stays on
+    s, j = "json_schema", "json_object"
+    assert kinds == [s, s, j, s, s, j, j]
+    assert client._mode == "json_mode"
+    use = client.usage.step("extract")
+    assert use.failures == [] and use.calls == 3
+    assert client.endpoints.all[0].usage.out_of_rotation == 0
+
+
+def test_passing_500s_on_json_schema_requests_do_not_step_down(mock_server):
+    # a 500 is retried as it is (a fault must not change the question); a request's second 500
+    # in a row is asked in JSON mode, but the server serves json_schema between: the mode stays
+    server = mock_server(script=["500", "500", "ok", "ok", "500", "500", "ok"])
+    client = ChatClient(settings(server, max_retries=2), cache=None)
+    replies = _three_calls(client)
+    assert all(r.entities for r in replies)
+    kinds = [(r.get("response_format") or {}).get("type") for r in server.requests]
+    s, j = "json_schema", "json_object"
+    assert kinds == [s, s, j, s, s, s, j]
+    assert client._mode == "json_schema"
+    assert client.usage.step("extract").failures == []
+
+
+def test_a_lower_mode_answer_cut_off_still_shows_the_server_serves_that_mode(mock_server):
+    # the JSON-mode answers run out of tokens once each: the server answers that mode, so the
+    # 500s are the format's, and the cut-off answer is retried as any bad answer
+    server = mock_server(reject_formats=("json_schema",), reject_status=500, script=["ok", "ok", "length"])
+    client = ChatClient(settings(server, max_retries=5, outage_timeout=5), cache=None)
+    replies = _three_calls(client)
+    assert all(r.entities for r in replies)
+    assert client._mode == "json_mode"
+    assert client.endpoints.all[0].usage.out_of_rotation == 0
+    assert client.usage.step("extract").failures == []
+
+
+def test_a_burst_of_500s_on_concurrent_requests_counts_once(mock_server):
+    # four requests in flight meet one passing fault together: one piece of evidence, not four
+    server = mock_server(script=["500"] * 4)
+    client = ChatClient(settings(server, max_retries=3, concurrency=4), cache=None)
+
+    async def together():
+        try:
+            return await asyncio.gather(*(client.structured(messages(f"{TEXT} Call {n}."), Extraction, step="extract",
+                                                            item=f"tu-{n}", max_tokens=800) for n in range(4)))
+        finally:
+            await client.aclose()
+
+    assert all(r.entities for r in asyncio.run(together()))
+    assert client._mode == "json_schema"
+    assert client.usage.step("extract").failures == []
+
+
+def test_a_503_is_not_taken_for_the_format(mock_server):
+    # 503 says the server is overloaded or away: retried after the back-off, no other request sent
+    server = mock_server(script=["503", "ok"])
+    reply, client = extract(server)
+    assert reply.entities
+    kinds = [(r.get("response_format") or {}).get("type") for r in server.requests]
+    assert kinds == ["json_schema", "json_schema"]
+
+
+def test_a_server_that_fails_every_request_with_500_is_a_fault_in_any_mode(mock_server):
+    server = mock_server(script=["500"] * 20)
+    client = ChatClient(settings(server, max_retries=1, outage_timeout=5), cache=None)
+    with pytest.raises(LLMError, match="500"):
+        asyncio.run(_extract(client, item="tu-7"))
+    assert client._mode == "json_schema"  # JSON mode failed as well: not the format's fault
+    assert client.usage.step("extract").failures == ["tu-7"]
+    kinds = [(r.get("response_format") or {}).get("type") for r in server.requests]
+    assert kinds == ["json_schema", "json_schema", "json_object"]
 
 
 def test_structured_output_json_schema_does_not_fall_back(mock_server):

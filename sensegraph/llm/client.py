@@ -13,6 +13,7 @@ import copy
 import functools
 import json
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -32,6 +33,11 @@ from .usage import Usage
 T = TypeVar("T", bound=BaseModel)
 # Identical invalid answers in a row after which retries change temperature and seed.
 SAME_BAD_ANSWERS_BEFORE_VARYING = 3
+# Structured requests a server failed with a 500 and then served in a lower mode, with no
+# answer in the run's mode between, after which the run stays in the lower mode. One can be
+# a passing fault that the lower mode's request happened to outlive; two in a row, the second
+# sent after the first was seen (not two of one burst of concurrent requests), are the format.
+FORMAT_FAULTS = 2
 Messages = list[dict[str, str]]
 Usage3 = tuple[int, int, int]  # prompt, completion and server-cached prompt tokens of one request
 TOP_LOGPROBS = 10  # first-token alternatives choose() asks for (OpenAI allows up to 20)
@@ -127,6 +133,13 @@ class ChatClient:
         self._http_client = http_client
         self._mode = settings.structured_output if settings.structured_output != "auto" else "json_schema"
         self._auto = settings.structured_output == "auto"
+        # Structured requests that got a 500 twice and then an answer in a lower mode, per mode,
+        # since that mode last got an answer (_ask_in_lower_mode)
+        self._format_faults: dict[str, int] = {}
+        self._format_fault_seen: dict[str, float] = {}  # when the last one was counted
+        # A lower mode's request failed too since the last answer: the server is failing, not
+        # the format, and its 500s are retried as they come (no lower-mode request per attempt).
+        self._lower_failed = False
         # choose() asks for log-probabilities until a server refuses them (400/422): then it
         # reads the answered word alone.
         self._logprobs = True
@@ -322,6 +335,7 @@ class ChatClient:
         failed_on = None  # the endpoint the last attempt faulted on: the retry goes elsewhere
         attempt = 0  # attempts spent; a server that refused (401/403/404) spends none
         sent = 0
+        again_500 = False  # the last attempt got a 500: another one may be the format's (_ask_in_lower_mode)
         while attempt < attempts:
             self._check_budget(step, item)  # before waiting for a slot or the rate limiter
             if sent:
@@ -330,7 +344,8 @@ class ChatClient:
             endpoint: Endpoint | None = None
             try:
                 content, usage, endpoint = await self._request(messages, max_tokens, temperature, schema, json_schema,
-                                                               vary, step, item, shown, estimate, failed_on, options)
+                                                               vary, step, item, shown, estimate, failed_on, options,
+                                                               after_500=again_500)
                 # Tokens of a rejected answer are billed too; `calls` counts only answers we keep.
                 self.usage.add_chat(step, usage[0] or sum(count_tokens(m["content"]) for m in messages),
                                     usage[1] or count_tokens(content), usage[2])
@@ -345,6 +360,7 @@ class ChatClient:
             except _Refused as exc:
                 # That server is out for the run (logged); the request itself was never the problem.
                 last, failed_on = str(exc), exc.endpoint
+                again_500 = False
             except Retryable as exc:
                 if exc.endpoint is None and endpoint is not None:
                     # A 200 whose content failed validation: that server's fault, for the retry's choice.
@@ -352,6 +368,7 @@ class ChatClient:
                     self.endpoints.invalid(endpoint)
                 last = str(exc)
                 failed_on = exc.endpoint
+                again_500 = exc.status == 500
                 if schema is not None and exc.answer is not None:
                     same_bad = same_bad + 1 if exc.answer == last_bad else 1
                     if vary or exc.repeats or same_bad >= SAME_BAD_ANSWERS_BEFORE_VARYING:
@@ -380,11 +397,14 @@ class ChatClient:
         self, messages: Messages, max_tokens: int, temperature: float,
         schema: type[BaseModel] | None, json_schema: dict | None, vary: int, step: str, item: str = "",
         shown: _Shown | None = None, estimate: int = 0, avoid: Any = None,
-        options: tuple[str, ...] | None = None,
+        options: tuple[str, ...] | None = None, as_mode: str | None = None, prefer: Endpoint | None = None,
+        after_500: bool = False,
     ) -> tuple[str, Usage3, Endpoint]:
         """One HTTP request (streamed when `shown` is given) on the endpoint that has a slot: the
         answer, its token counts and the endpoint, or Retryable for a transient fault or an
-        unusable answer (_Refused when that server refused and another is left)."""
+        unusable answer (_Refused when that server refused and another is left). `as_mode`: a
+        structured-output mode for this request only, and `prefer` the server to ask when it is
+        ready; `after_500`: the call's last attempt got a 500 (_ask_in_lower_mode)."""
         kwargs: dict[str, Any] = dict(messages=messages, max_tokens=max_tokens, temperature=temperature)
         # The body's fields the library would walk, field by field, to "transform" them (1.6 ms
         # of CPU per call for a schema and a few messages, a third of the client's cost) go in
@@ -394,7 +414,8 @@ class ChatClient:
             # A deterministic server repeats an invalid answer; a little randomness gets a new one.
             kwargs["temperature"] = max(temperature, 0.4)
             kwargs["seed"] = vary
-        mode = self._mode if schema is not None else None
+        mode = (as_mode or self._mode) if schema is not None else None
+        sent = time.monotonic()  # (when it left, for _format_fault: set again once it has a slot)
         if mode == "json_schema":
             body["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": schema.__name__, "schema": json_schema, "strict": True}}
@@ -408,7 +429,8 @@ class ChatClient:
         body["messages"], kwargs["messages"] = kwargs["messages"], []
         kwargs["extra_body"] = body
         try:
-            async with self.endpoints.slot(avoid, estimate) as endpoint:
+            async with self.endpoints.slot(avoid, estimate, prefer) as endpoint:
+                sent = time.monotonic()
                 self._check_budget(step, item)
                 reservation = await endpoint.limiter.acquire(estimate)
                 self._check_budget(step, item)  # the limiter may have waited
@@ -444,11 +466,18 @@ class ChatClient:
                             if self.endpoints.unavailable() is None:
                                 raise _Refused(describe_error(exc, self._secrets), endpoint) from None
                         raise
-                    self.endpoints.faulted(endpoint, fault, rate_limited=isinstance(exc, openai.RateLimitError))
+                    if not self._format_suspect(fault, mode, as_mode, after_500):
+                        # (a suspect one is charged to the server only if the lower mode fails too)
+                        self.endpoints.faulted(endpoint, fault, rate_limited=isinstance(exc, openai.RateLimitError))
                     fault.endpoint = endpoint
                     raise fault from None
                 self.endpoints.replied(endpoint)
                 endpoint.limiter.settle(reservation, usage[0] + usage[1])
+        except Retryable as fault:
+            if not self._format_suspect(fault, mode, as_mode, after_500):
+                raise
+            return await self._ask_in_lower_mode(fault, mode, sent, step, messages, max_tokens, temperature, schema,
+                                                 json_schema, vary, step, item, shown, estimate, avoid, options)
         except (openai.OpenAIError, *TRANSPORT_ERRORS, json.JSONDecodeError) as exc:
             if (fault := transient(exc, self._secrets)) is not None:
                 raise fault from None
@@ -459,16 +488,19 @@ class ChatClient:
                 self._logprobs = False
                 try:
                     return await self._request(messages, max_tokens, temperature, schema, json_schema, vary, step,
-                                               item, shown, estimate, avoid, options)
+                                               item, shown, estimate, avoid, options, as_mode)
                 except BaseException:
                     self._logprobs = True
                     raise
             if (schema is not None and self._auto and isinstance(exc, openai.APIStatusError)
                     and exc.status_code in (400, 422) and mode != "prompt"):
-                # The server does not support this structured-output mode: step down once and retry now.
-                self._mode = "json_mode" if mode == "json_schema" else "prompt"
+                # The server does not support this structured-output mode: step down once and retry now
+                # (for this request only when it was itself asked in a lower mode than the run's).
+                lower = "json_mode" if mode == "json_schema" else "prompt"
+                if as_mode is None:
+                    self._mode = lower
                 return await self._request(messages, max_tokens, temperature, schema, json_schema, vary, step,
-                                           item, shown, estimate, avoid, options)
+                                           item, shown, estimate, avoid, options, as_mode and lower)
             raise
         if not content.strip():
             raise self._rejected(endpoint, Retryable(f"empty answer (finish_reason={finish})", answer=content))
@@ -476,7 +508,70 @@ class ChatClient:
             # The model itself ran out of tokens: the identical request would run out again.
             raise self._rejected(endpoint, Retryable(
                 f"answer cut off at max_tokens={max_tokens} before the JSON was complete", answer=content, repeats=True))
+        self._lower_failed = False
+        if as_mode is None and mode is not None:
+            self._format_faults[mode] = 0  # this mode is served: its 5xx so far were passing faults
         return content, usage, endpoint
+
+    def _charge(self, fault: Retryable) -> None:
+        """A 5xx held back as the format's (_request) counts as the server's fault after all."""
+        if fault.endpoint is not None:
+            self.endpoints.faulted(fault.endpoint, fault, rate_limited=False)
+
+    def _format_suspect(self, fault: Retryable, mode: str | None, as_mode: str | None, after_500: bool) -> bool:
+        """Whether a 500 may be the server failing the structured-output format rather than the
+        request: the identical request's second 500 in a row (a passing 500 is retried as it is,
+        so that a fault does not change the question: docs/reliability.md), asked in the run's
+        own mode (auto), with a lower mode left to ask in. (Not a 502-504 or 429: those say the
+        server is overloaded or away, and it is left alone.)"""
+        return (fault.status == 500 and after_500 and self._auto and as_mode is None
+                and mode in ("json_schema", "json_mode") and not self._lower_failed)
+
+    async def _ask_in_lower_mode(self, fault: Retryable, mode: str, sent: float, step: str,
+                                 *request: Any) -> tuple[str, Usage3, Endpoint]:
+        """A structured request the server failed with a 500 twice in a row (the second sent at
+        `sent`), asked again at once, of the same server, in the next lower mode (json_schema ->
+        JSON mode -> schema in the prompt; our own validation checks the answer in any mode).
+        Some servers fail a format they cannot serve with a 500 instead of a 400 (vLLM's guided
+        decoding: vllm-project/vllm#8429, #13260), and retrying the identical request would fail
+        until the outage timeout. When the lower mode is answered, that answer is kept (or,
+        unusable, goes to the retry loop as any bad answer); after FORMAT_FAULTS such times with
+        no answer in the run's mode between, the run stays in the lower mode (said once). When
+        the lower mode gets no answer either, the server is at fault: the original 500 goes to
+        the retry loop as any 5xx does."""
+        lower = "json_mode" if mode == "json_schema" else "prompt"
+        self.usage.step(step).retries += 1
+        try:
+            answer = await self._request(*request, as_mode=lower, prefer=fault.endpoint)
+        except Retryable as failed:
+            if failed.endpoint is not fault.endpoint or failed.answer is None:
+                # no answer (or another server's): the server is failing, not the format
+                if failed.endpoint is fault.endpoint:
+                    self._lower_failed = True
+                self._charge(fault)
+                raise fault from None
+            # The server answered in the lower mode, only not usably (empty, cut off): it serves
+            # that mode, and the retry loop handles the answer as any bad answer.
+            self._format_fault(fault, mode, lower, sent)
+            raise
+        if answer[2] is not fault.endpoint:
+            self._charge(fault)  # another server answered: no word on this one's formats
+            return answer
+        self._format_fault(fault, mode, lower, sent)
+        return answer
+
+    def _format_fault(self, fault: Retryable, mode: str, lower: str, sent: float) -> None:
+        """One more sign that the server fails `mode` and serves `lower`; at FORMAT_FAULTS the run
+        steps down."""
+        if sent > self._format_fault_seen.get(mode, -math.inf):  # not of a burst already counted
+            self._format_faults[mode] = self._format_faults.get(mode, 0) + 1
+            self._format_fault_seen[mode] = time.monotonic()
+        if self._format_faults.get(mode, 0) >= FORMAT_FAULTS and self._mode == mode:
+            self._mode = lower
+            where = getattr(fault.endpoint, "base_url", None) or "the server"
+            self.endpoints.log(f"chat: {where} failed {FORMAT_FAULTS} {mode} requests with HTTP {fault.status} "
+                               f"and answered them in {lower}: structured output is {lower} from now on "
+                               f"(chat.structured_output sets it)")
 
     def _rejected(self, endpoint: Endpoint, fault: Retryable) -> Retryable:
         self.endpoints.invalid(endpoint)

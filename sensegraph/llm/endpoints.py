@@ -218,15 +218,18 @@ class Endpoints:
         return self.all[0]
 
     @contextlib.asynccontextmanager
-    async def slot(self, avoid: Endpoint | None = None, tokens: int = 0) -> AsyncIterator[Endpoint]:
+    async def slot(self, avoid: Endpoint | None = None, tokens: int = 0,
+                   prefer: Endpoint | None = None) -> AsyncIterator[Endpoint]:
         """A request's place on one server, held for the whole request. A retry passes the
         server its last attempt failed on as `avoid`: another ready server is taken first.
+        `prefer`: that server when it is ready (a question about that server: ChatClient's
+        lower-mode request after a 5xx).
         `tokens` (the request's estimate): a server whose rate limiter would admit it now is
         preferred, so a request does not hold one server's slot waiting for its limit while
         another could send it at once. Raises NoServer when no server can answer (see the
         module's docstring)."""
         await self.resolved()
-        endpoint = await self._acquire(avoid, tokens)
+        endpoint = await self._acquire(avoid, tokens, prefer)
         try:
             yield endpoint
         finally:
@@ -241,11 +244,11 @@ class Endpoints:
         """Slots that can be taken now and are not promised to a woken waiter."""
         return sum(e.room(now) for e in self.all) - self._woken
 
-    def _take(self, avoid: Endpoint | None, now: float, tokens: int = 0) -> Endpoint:
+    def _take(self, avoid: Endpoint | None, now: float, tokens: int = 0, prefer: Endpoint | None = None) -> Endpoint:
         ready = [e for e in self.all if e.ready(now)]
         # A half-open server's probe goes first (else under light load it would never come
         # back); a server that keeps giving rejected answers goes last.
-        endpoint = min(ready, key=lambda e: (e is avoid, e.out_since is None, e.invalid_in_row >= INVALID_IN_ROW,
+        endpoint = min(ready, key=lambda e: (prefer is not None and e is not prefer, e is avoid, e.out_since is None, e.invalid_in_row >= INVALID_IN_ROW,
                                              e.limiter.enabled and not e.limiter.fits(tokens, now),
                                              e.load, e.usage.requests))
         endpoint.in_flight += 1
@@ -298,10 +301,10 @@ class Endpoints:
         return any(e is not endpoint and e.refused is None and now >= e.paused_until
                    and (e.out_since is None or (now >= e.back_at and e.probe is None)) for e in self.all)
 
-    async def _acquire(self, avoid: Endpoint | None, tokens: int = 0) -> Endpoint:
+    async def _acquire(self, avoid: Endpoint | None, tokens: int = 0, prefer: Endpoint | None = None) -> Endpoint:
         now = time.monotonic()
         if not self._waiters and self._free(now) > 0:
-            return self._take(avoid, now, tokens)
+            return self._take(avoid, now, tokens, prefer)
         if self.hand_back and self._all_out_since() is not None:
             raise HandBack(self.name)
         if (why := self.unavailable(now)) is not None:
@@ -330,7 +333,7 @@ class Endpoints:
             self._woken -= 1
             now = time.monotonic()
             if any(e.ready(now) for e in self.all):
-                return self._take(avoid, now, tokens)
+                return self._take(avoid, now, tokens, prefer)
             if self.hand_back and self._all_out_since() is not None:
                 self._wake()  # the next in line goes back too
                 raise HandBack(self.name)

@@ -34,11 +34,12 @@ class Retryable(Exception):
     something unusable; `repeats` when the same request is known to give the same bad answer."""
 
     def __init__(self, reason: str, retry_after: float | None = None, *, answer: str | None = None,
-                 repeats: bool = False):
+                 repeats: bool = False, status: int | None = None):
         super().__init__(reason)
         self.retry_after = retry_after
         self.answer = answer
         self.repeats = repeats
+        self.status = status  # the HTTP status of a 5xx (or 408/409)
         self.endpoint: Any = None  # the server that faulted, when it was the server (llm/endpoints.py)
 
 
@@ -80,7 +81,7 @@ def transient(exc: BaseException, secret: str | tuple[str | None, ...] | None = 
         return Retryable(describe_error(exc, secret), retry_after_of(exc.response.headers))
     if isinstance(exc, openai.APIStatusError):
         if exc.status_code >= 500 or exc.status_code in (408, 409):
-            return Retryable(describe_error(exc, secret))
+            return Retryable(describe_error(exc, secret), status=exc.status_code)
         return None
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
         return Retryable(describe_error(exc, secret))
