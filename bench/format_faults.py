@@ -103,8 +103,10 @@ def main() -> None:
     log = folder / "index.log"
     t0 = time.perf_counter()
     with log.open("w") as out:
+        # (run in the project folder: `python -c` puts its working directory first on sys.path,
+        # and from this checkout that would import this checkout's code whatever --code says)
         rc = subprocess.call([sys.executable, "-c", "import sys; from sensegraph.cli import main; sys.exit(main())",
-                              "index", "-r", str(folder)], env=env, stdout=out, stderr=subprocess.STDOUT)
+                              "index", "-r", str(folder)], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=folder)
     wall = time.perf_counter() - t0
     proxy.shutdown()
 

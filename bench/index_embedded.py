@@ -75,7 +75,9 @@ def run_index(folder: Path, code: str | None, log: Path) -> tuple[float, int]:
            "index", "-r", str(folder)]
     t0 = time.perf_counter()
     with log.open("w") as out:
-        rc = subprocess.call(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        # (in the project folder: `python -c` puts its working directory first on sys.path, so
+        # run from this checkout it imported this checkout's code whatever --code said)
+        rc = subprocess.call(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=folder)
     return time.perf_counter() - t0, rc
 
 

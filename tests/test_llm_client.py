@@ -241,8 +241,8 @@ def test_a_lower_mode_answer_cut_off_still_shows_the_server_serves_that_mode(moc
     assert client.usage.step("extract").failures == []
 
 
-def test_a_burst_of_500s_on_concurrent_requests_counts_once(mock_server):
-    # four requests in flight meet one passing fault together: one piece of evidence, not four
+def test_a_burst_of_passing_500s_is_retried_as_it_is(mock_server):
+    # four requests in flight meet one passing fault together: each is sent again unchanged
     server = mock_server(script=["500"] * 4)
     client = ChatClient(settings(server, max_retries=3, concurrency=4), cache=None)
 
@@ -255,6 +255,29 @@ def test_a_burst_of_500s_on_concurrent_requests_counts_once(mock_server):
 
     assert all(r.entities for r in asyncio.run(together()))
     assert client._mode == "json_schema"
+    assert client.usage.step("extract").failures == []
+    kinds = [(r.get("response_format") or {}).get("type") for r in server.requests]
+    assert kinds == ["json_schema"] * 8
+
+
+def test_concurrent_requests_meeting_a_json_schema_500_do_not_take_the_server_out(mock_server):
+    # eight requests in flight all get a 500: counted against the server as faults, they would
+    # take it out as if it were down (3 in a row), and every call would wait for the outage
+    server = mock_server(reject_formats=("json_schema",), reject_status=500, latency=0.02)
+    client = ChatClient(settings(server, max_retries=3, concurrency=8, outage_timeout=3), cache=None)
+
+    async def together():
+        try:
+            burst = await asyncio.gather(*(client.structured(messages(f"{TEXT} Call {n}."), Extraction, step="extract",
+                                                             item=f"tu-{n}", max_tokens=800) for n in range(16)))
+            return burst + [await client.structured(messages(), Extraction, step="extract", item="after",
+                                                    max_tokens=800)]
+        finally:
+            await client.aclose()
+
+    assert all(r.entities for r in asyncio.run(together()))
+    assert client._mode == "json_mode"
+    assert client.endpoints.all[0].usage.out_of_rotation == 0
     assert client.usage.step("extract").failures == []
 
 

@@ -466,16 +466,17 @@ class ChatClient:
                             if self.endpoints.unavailable() is None:
                                 raise _Refused(describe_error(exc, self._secrets), endpoint) from None
                         raise
-                    if not self._format_suspect(fault, mode, as_mode, after_500):
-                        # (a suspect one is charged to the server only if the lower mode fails too)
+                    if not self._format_suspect(fault, mode, as_mode):
+                        # (a 500 that may be the format's is charged to the server only once a
+                        # lower mode fails too: else a burst of them takes it out as if it were down)
                         self.endpoints.faulted(endpoint, fault, rate_limited=isinstance(exc, openai.RateLimitError))
                     fault.endpoint = endpoint
                     raise fault from None
                 self.endpoints.replied(endpoint)
                 endpoint.limiter.settle(reservation, usage[0] + usage[1])
         except Retryable as fault:
-            if not self._format_suspect(fault, mode, as_mode, after_500):
-                raise
+            if not (after_500 and self._format_suspect(fault, mode, as_mode)):
+                raise  # (a first 500 is retried as it is: a passing fault must not change the question)
             return await self._ask_in_lower_mode(fault, mode, sent, step, messages, max_tokens, temperature, schema,
                                                  json_schema, vary, step, item, shown, estimate, avoid, options)
         except (openai.OpenAIError, *TRANSPORT_ERRORS, json.JSONDecodeError) as exc:
@@ -518,13 +519,14 @@ class ChatClient:
         if fault.endpoint is not None:
             self.endpoints.faulted(fault.endpoint, fault, rate_limited=False)
 
-    def _format_suspect(self, fault: Retryable, mode: str | None, as_mode: str | None, after_500: bool) -> bool:
+    def _format_suspect(self, fault: Retryable, mode: str | None, as_mode: str | None) -> bool:
         """Whether a 500 may be the server failing the structured-output format rather than the
-        request: the identical request's second 500 in a row (a passing 500 is retried as it is,
-        so that a fault does not change the question: docs/reliability.md), asked in the run's
-        own mode (auto), with a lower mode left to ask in. (Not a 502-504 or 429: those say the
-        server is overloaded or away, and it is left alone.)"""
-        return (fault.status == 500 and after_500 and self._auto and as_mode is None
+        request: asked in the run's own mode (auto), with a lower mode left to ask in, and no
+        lower mode failed since the last answer. (Not a 502-504 or 429: those say the server is
+        overloaded or away.) The request's second 500 in a row is asked in the lower mode
+        (_ask_in_lower_mode); its first is retried as it is, so that a passing fault does not
+        change the question (docs/reliability.md)."""
+        return (fault.status == 500 and self._auto and as_mode is None
                 and mode in ("json_schema", "json_mode") and not self._lower_failed)
 
     async def _ask_in_lower_mode(self, fault: Retryable, mode: str, sent: float, step: str,
