@@ -223,7 +223,7 @@ class Endpoints:
         """A request's place on one server, held for the whole request. A retry passes the
         server its last attempt failed on as `avoid`: another ready server is taken first.
         `prefer`: that server when it is ready (a question about that server: ChatClient's
-        lower-mode request after a 5xx).
+        lower-mode request after a 500).
         `tokens` (the request's estimate): a server whose rate limiter would admit it now is
         preferred, so a request does not hold one server's slot waiting for its limit while
         another could send it at once. Raises NoServer when no server can answer (see the
@@ -248,7 +248,8 @@ class Endpoints:
         ready = [e for e in self.all if e.ready(now)]
         # A half-open server's probe goes first (else under light load it would never come
         # back); a server that keeps giving rejected answers goes last.
-        endpoint = min(ready, key=lambda e: (prefer is not None and e is not prefer, e is avoid, e.out_since is None, e.invalid_in_row >= INVALID_IN_ROW,
+        endpoint = min(ready, key=lambda e: (prefer is not None and e is not prefer, e is avoid, e.out_since is None,
+                                             e.invalid_in_row >= INVALID_IN_ROW,
                                              e.limiter.enabled and not e.limiter.fits(tokens, now),
                                              e.load, e.usage.requests))
         endpoint.in_flight += 1
