@@ -77,7 +77,8 @@ class ModelSettings(_Section):
 
 class ChatSettings(ModelSettings):
     temperature: float = Field(0.0, ge=0, le=2)
-    # auto: try json_schema, fall back to JSON mode + repair if the server refuses it.
+    # auto: try json_schema, fall back to JSON mode + repair if the server refuses it (400/422)
+    # or fails the same request with a 500 twice while JSON mode works (ChatClient._ask_in_lower_mode).
     structured_output: Literal["auto", "json_schema", "json_mode"] = "auto"
     # Spending limits of one run (0 = none): prompt + completion tokens of chat calls, and money
     # at the prices above. Cache hits are free and not counted, so rerunning a stopped run with
