@@ -36,36 +36,22 @@ def completion(content: str, prompt_tokens: int = 10, completion_tokens: int = 5
     })
 
 
-class ScriptedLLM:
-    """`responder(body)` returns the answer content (str, or a dict/list sent as JSON) or a
-    full httpx.Response (for faults). Every request body is kept in `self.requests`."""
+class SchemaNames:
+    """Names for requests sent without one. A JSON-mode or prompt-mode request (the schema in the
+    system prompt's hint, as ChatClient sends it after stepping down) is given the name of the
+    json_schema request with that schema seen before, so `schema_name` answers for it as a real
+    server answers the same question in either mode; the type stays as sent."""
 
-    def __init__(self, responder: Responder):
-        self.responder = responder
-        self.requests: list[dict[str, Any]] = []
+    def __init__(self) -> None:
         self._names: dict[str, str] = {}  # a json_schema request's schema, as sent -> its name
 
-    def _handle(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        self.requests.append(body)
-        out = self.responder(self._named(body))
-        if isinstance(out, httpx.Response):
-            return out
-        if not isinstance(out, str):
-            out = json.dumps(out, ensure_ascii=False)
-        return completion(out)
-
-    def _named(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The body as the responder sees it: a JSON-mode or prompt-mode request (the schema in
-        the system prompt's hint, as ChatClient sends it after stepping down) carries the name
-        of the json_schema request with that schema seen before, so `schema_name` answers for it
-        as a real server answers the same question in either mode. The type stays as sent."""
+    def named(self, body: dict[str, Any]) -> dict[str, Any]:
         rf = body.get("response_format") or {}
         if rf.get("json_schema"):
             self._names[json.dumps(rf["json_schema"].get("schema"), sort_keys=True)] = rf["json_schema"].get("name")
             return body
         messages = body.get("messages") or []
-        system = messages[0]["content"] if messages and messages[0].get("role") == "system" else ""
+        system = messages[0].get("content") or "" if messages and messages[0].get("role") == "system" else ""
         if "JSON schema:\n" not in system:
             return body
         try:
@@ -76,6 +62,26 @@ class ScriptedLLM:
         if name is None:
             return body
         return {**body, "response_format": {**rf, "json_schema": {"name": name}}}
+
+
+class ScriptedLLM:
+    """`responder(body)` returns the answer content (str, or a dict/list sent as JSON) or a
+    full httpx.Response (for faults). Every request body is kept in `self.requests`."""
+
+    def __init__(self, responder: Responder):
+        self.responder = responder
+        self.requests: list[dict[str, Any]] = []
+        self._names = SchemaNames()
+
+    def _handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.requests.append(body)
+        out = self.responder(self._names.named(body))
+        if isinstance(out, httpx.Response):
+            return out
+        if not isinstance(out, str):
+            out = json.dumps(out, ensure_ascii=False)
+        return completion(out)
 
     def client(self, settings: ChatSettings | None = None, cache: Cache | str | Path | None = None,
                usage: Usage | None = None) -> ChatClient:

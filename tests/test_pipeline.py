@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from mock_llm import MockServer, start_mock_server
+from scripted import SchemaNames
 from sensegraph.cli import main as cli_main
 from sensegraph.config import SettingsError, load_settings
 from sensegraph.index import community_reports, report_checks
@@ -95,13 +96,14 @@ class FaultyServer(MockServer):
         super().__init__(**kwargs)
         self.fail_when = fail_when
         self.refused = 0
+        self._names = SchemaNames()  # a request of that kind fails in JSON mode too
 
     async def _respond(self, method, path, raw, reader, writer):  # type: ignore[override]
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
             body = {}
-        if isinstance(body, dict) and self.fail_when(body):
+        if isinstance(body, dict) and self.fail_when(self._names.named(body)):
             with self._lock:
                 self._by_kind["refused"] += 1
                 self.refused += 1
