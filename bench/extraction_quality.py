@@ -51,6 +51,7 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from sensegraph.config import load_settings
 from sensegraph.index.communities import build_communities
@@ -291,14 +292,21 @@ def main() -> None:
     ap.add_argument("--chinese", action="store_true", help="chapter 1 of Journey to the West against our gold list instead")
     ap.add_argument("--project", default=None,
                     help="an indexed project instead: its text units, settings and cache; graph shape only (no gold)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="a setting for this run, e.g. local.speculative=ngram-simple (give --workdir apart: "
+                         "the cache does not know it)")
     args = ap.parse_args()
     docs = load(args.docs, args.seed, args.held_out)
     root = Path(args.prompts) if args.prompts else Path(args.workdir)
     root.mkdir(parents=True, exist_ok=True)
     chat = ({"provider": "openai", "base_url": args.base_url, "model": args.model or "model", "api_key": "none"}
             if args.base_url else {})
-    settings = load_settings(root, overrides={"local": {"size": args.size}, "chat": chat,
-                                              "cache": {"dir": str(Path(args.workdir) / "cache")}}, env={})
+    overrides = {"local": {"size": args.size}, "chat": chat, "cache": {"dir": str(Path(args.workdir) / "cache")}}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        section, _, field = key.partition(".")
+        overrides.setdefault(section, {})[field] = yaml.safe_load(value)
+    settings = load_settings(root, overrides=overrides, env={})
     if args.chinese:
         chinese(settings)
         return
