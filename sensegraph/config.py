@@ -112,13 +112,6 @@ class LocalModelSettings(_Section):
     # Small models fall into loops (the same entities listed again and again); a repetition
     # penalty over the answer so far breaks them. 1.0 turns it off.
     repeat_penalty: float = Field(1.15, ge=1.0, le=2.0)
-    # Speculative decoding from the context's own n-grams (llama.cpp's draftless kinds): where the
-    # answer repeats a run of tokens from its prompt or from itself (names, JSON keys), the server
-    # drafts what followed that run last time and checks up to draft_max tokens in one pass.
-    # Greedy answers come out the same; only the speed changes (docs/performance.md).
-    speculative: Literal["none", "ngram-simple", "ngram-map-k", "ngram-mod"] = "none"
-    draft_max: int = Field(16, ge=1, le=256, description="most tokens drafted at once")
-    ngram_size: int = Field(4, ge=1, le=64, description="tokens that must match before a draft")
     model_dir: str | None = None  # default: $XDG_CACHE_HOME/sensegraph/models
 
 

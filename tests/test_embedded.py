@@ -89,29 +89,6 @@ def test_real_structured_call_with_the_small_model(small_model_dir):
     assert chat.usage.step("extract").calls == 1
 
 
-def test_speculative_setting_makes_the_server_draft(small_model_dir):
-    """local.speculative reaches llama.cpp: an answer that copies its prompt is drafted from the
-    prompt's n-grams and the drafts are accepted; with "none" nothing is drafted."""
-    import httpx
-
-    text = "Alice Chen met Bob Martin in Paris to discuss the merger of Acme Corporation and Globex Industries."
-    drafted = {}
-    for kind in ("none", "ngram-simple"):
-        local = LocalModelSettings(size="0.5b", model_dir=str(small_model_dir), parallel=1,
-                                   context_per_slot=1024, speculative=kind, ngram_size=3, draft_max=8)
-        base, alias = embedded.ensure_server(local)
-        try:
-            answer = httpx.post(f"{base}/chat/completions", timeout=120, json={
-                "model": alias, "temperature": 0, "max_tokens": 40,
-                "messages": [{"role": "user", "content": "Repeat this sentence exactly:\n" + text}]}).json()
-        finally:
-            embedded.stop_servers()
-        assert "Acme Corporation" in answer["choices"][0]["message"]["content"]
-        drafted[kind] = answer["timings"].get("draft_n_accepted", 0)
-    assert drafted["none"] == 0
-    assert drafted["ngram-simple"] > 0
-
-
 def test_two_joiners_at_once_share_one_file(tmp_path):
     """Two callers racing on an empty folder: one joins, the other waits and reuses the file."""
     import threading

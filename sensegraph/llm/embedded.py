@@ -272,29 +272,10 @@ def _wait_ready(base: str, timeout: float) -> None:
                              f"(last: {last}); try local.size: 0.5b or fewer local.parallel slots")
 
 
-def _speculate(p: Any, local: LocalModelSettings) -> None:
-    """Set llama.cpp's draftless speculative decoding on the server parameters `p`."""
-    if local.speculative == "none":
-        return
-    import xllamacpp
-
-    kinds = xllamacpp.common_speculative_type
-    spec = p.speculative
-    spec.types = [getattr(kinds, "COMMON_SPECULATIVE_TYPE_" + local.speculative.upper().replace("-", "_"))]
-    spec.draft.n_max = local.draft_max
-    for table in (spec.ngram_simple, spec.ngram_map_k):
-        table.size_n = local.ngram_size
-        table.size_m = local.draft_max
-    spec.ngram_mod.n_match = local.ngram_size
-    spec.ngram_mod.n_max = local.draft_max
-    spec.ngram_mod.n_min = 1
-
-
 def ensure_server(local: LocalModelSettings) -> tuple[str, str]:
     """Start the embedded llama.cpp server once per process; return (base_url ending in /v1, alias)."""
     spec = _spec(local)
-    key = (local.size, str(model_dir(local)), local.parallel, local.context_per_slot, _threads(local),
-           local.speculative, local.draft_max, local.ngram_size)
+    key = (local.size, str(model_dir(local)), local.parallel, local.context_per_slot, _threads(local))
     with _lock:
         if key in _servers:
             _, base_url, alias = _servers[key]
@@ -310,7 +291,6 @@ def ensure_server(local: LocalModelSettings) -> tuple[str, str]:
         p.n_ctx = local.parallel * local.context_per_slot
         p.cpuparams.n_threads = _threads(local)
         p.cpuparams_batch.n_threads = _threads(local)
-        _speculate(p, local)
         # Only errors reach the terminal; llama.cpp otherwise prints hundreds of load lines.
         p.verbosity = -1
         p.log_json = False

@@ -1,22 +1,22 @@
-"""Speculative decoding on the embedded model: the same extraction, with and without llama.cpp's
-n-gram drafts (`local.speculative`).
+"""Extraction speed of the embedded model under different server settings (`local.*`): the
+same documents, the same requests, each configuration from an empty cache on a server of its own.
 
 Draws --docs held-out Re-DocRED documents (as bench/extraction_quality.py does, one text unit
 each), and for each configuration starts the embedded server afresh, runs sensegraph's own
-extraction step on them from an empty cache (the extraction call and its gleaning check, as the
-index sends them) and prints the wall time, the calls, the completion tokens per second, and how
-many units' answers came out the same as the first configuration's (entity names, types and
-relationship pairs). Configurations run in turn, then again in reverse order (--rounds 2), so a
-machine that speeds up or slows down during the run favours none; the table gives each one's
-median.
+extraction step on them (the extraction call and its gleaning check, as the index sends them)
+and prints the wall time, the calls, the completion tokens per second, and how many units'
+answers came out the same as the first configuration's (entity names, types and relationship
+pairs). Configurations run in turn, then again in reverse order (--rounds 2), so a machine that
+speeds up or slows down during the run favours none; the table gives each one's median.
 
-    python bench/speculative_decoding.py --docs 4 --configs none,ngram-simple:4:16
-    python bench/speculative_decoding.py --size 0.5b --docs 2 --rounds 1 \\
-        --configs none,ngram-simple:3:8,ngram-map-k:3:8,ngram-mod:8:16
+    python bench/extraction_speed.py --docs 2 --configs parallel=2,parallel=1
+    python bench/extraction_speed.py --size 0.5b --docs 2 --rounds 1 --configs parallel=2,parallel=2+repeat_penalty=1.0
 
-A configuration is KIND[:NGRAM_SIZE[:DRAFT_MAX]][@SLOTS] (local.speculative, local.ngram_size,
-local.draft_max, local.parallel). Run it alone on the machine: two embedded-model jobs slow each other several
-times over.
+A configuration is KEY=VALUE[+KEY=VALUE...] of the `local` section. Run it alone on the
+machine: two embedded-model jobs slow each other several times over.
+
+Speculative decoding (llama.cpp's n-gram drafts, no draft model) was measured with this bench's
+first version and not kept (docs/performance.md; `git show 56d4492`).
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from extraction_quality import detokenise, load  # noqa: E402
@@ -39,15 +40,13 @@ from sensegraph.llm import embedded, open_cache, open_chat  # noqa: E402
 
 
 def parse(config: str) -> dict:
-    config, _, slots = config.partition("@")
-    kind, *rest = config.split(":")
-    out: dict = {"speculative": kind}
-    if slots:
-        out["parallel"] = int(slots)
-    if rest:
-        out["ngram_size"] = int(rest[0])
-    if len(rest) > 1:
-        out["draft_max"] = int(rest[1])
+    """`parallel=1+repeat_penalty=1.0` as the `local` settings it gives."""
+    out: dict = {}
+    for item in config.split("+"):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"{item!r}: give a configuration as KEY=VALUE[+KEY=VALUE...], e.g. parallel=1")
+        out[key.strip()] = yaml.safe_load(value)
     return out
 
 
@@ -77,7 +76,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=4)
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--size", choices=["1.5b", "0.5b"], default="1.5b")
-    ap.add_argument("--configs", default="none,ngram-simple:4:16")
+    ap.add_argument("--configs", default="parallel=2,parallel=1")
     ap.add_argument("--rounds", type=int, default=2, help="1: each configuration once; 2: and again in reverse")
     args = ap.parse_args()
     docs = load(args.docs, args.seed, held_out=True)
@@ -89,7 +88,7 @@ def main() -> None:
     calls: dict[str, int] = {}
     sigs: dict[str, list[tuple]] = {}
     for config in order:
-        with tempfile.TemporaryDirectory(prefix="sensegraph-spec-") as root:
+        with tempfile.TemporaryDirectory(prefix="sensegraph-speed-") as root:
             settings = load_settings(Path(root), overrides={
                 "local": {"size": args.size, **parse(config)}, "cache": {"dir": str(Path(root) / "cache")}}, env={})
             t0 = time.perf_counter()
