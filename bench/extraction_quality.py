@@ -293,7 +293,7 @@ def main() -> None:
     ap.add_argument("--project", default=None,
                     help="an indexed project instead: its text units, settings and cache; graph shape only (no gold)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                    help="a setting for this run, e.g. local.speculative=ngram-simple (give --workdir apart: "
+                    help="a setting for this run, e.g. local.parallel=1 (give --workdir apart: "
                          "the cache does not know it)")
     args = ap.parse_args()
     docs = load(args.docs, args.seed, args.held_out)
