@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import random
 import re
@@ -241,9 +242,27 @@ def chinese(settings) -> None:
               f"relationships {st['relationships_dropped']}")
 
 
-def project(root: Path) -> None:
+def by_document(units: pd.DataFrame, docs: list[dict]) -> dict[str, str]:
+    """Which drawn document each text unit of a project comes from ("doc{i}"), for a project
+    whose input files are those documents (bench/index_embedded.py --redocred): a unit belongs
+    to the document whose text holds the unit's first words past the title line."""
+    texts = [norm(d["title"] + " " + detokenise(d["sents"])) for d in docs]
+    out = {}
+    for uid, text in zip(units["id"], units["text"]):
+        head = " ".join(norm(str(text)).split()[:12])
+        hits = [i for i, t in enumerate(texts) if head and head in t]
+        if len(hits) != 1:
+            raise SystemExit(f"text unit {uid} is in {len(hits)} of the drawn documents: give the --docs, "
+                             "--seed and --held-out the project was made with")
+        out[uid] = f"doc{hits[0]}"
+    return out
+
+
+def project(root: Path, docs: list[dict] | None = None) -> None:
     """The graph shape of an indexed project, its answers judged raw / checked / with NER (the
-    extraction answers come from the project's cache: an index already built costs no call)."""
+    extraction answers come from the project's cache: an index already built costs no call).
+    With `docs` (the Re-DocRED documents the project indexed) its answers are also scored
+    against their gold, both halves, as the main run scores its own."""
     from sensegraph.language import resolve_language
     from sensegraph.store.tables import read_table
 
@@ -266,6 +285,19 @@ def project(root: Path) -> None:
                     cache.close()
 
         extraction, usage = asyncio.run(run())
+        if docs is not None:
+            doc_of = by_document(units, docs)
+            scored = dataclasses.replace(
+                extraction,
+                entities=extraction.entities.assign(text_unit_id=extraction.entities["text_unit_id"].map(doc_of)),
+                relationships=extraction.relationships.assign(
+                    text_unit_id=extraction.relationships["text_unit_id"].map(doc_of)))
+            half = len(docs) // 2
+            got = [measure(d, units, scored, 0.0, offset=a, shape=False)
+                   for d, a in ((docs, 0), (docs[:half], 0), (docs[half:], half))]
+            print(f"{label}: " + "; ".join(f"{title.strip()} {got[0][key]} (halves {got[1][key].split(' ')[0]} / "
+                                            f"{got[2][key].split(' ')[0]})" for key, title in ROWS
+                                            if key in HALF_ROWS))
         shape = graph_shape(extraction, units, settings.communities.cooccurrence_weight if checks else 0.0, language)
         calls = usage.total()
         rows[label] = shape
@@ -292,6 +324,9 @@ def main() -> None:
     ap.add_argument("--chinese", action="store_true", help="chapter 1 of Journey to the West against our gold list instead")
     ap.add_argument("--project", default=None,
                     help="an indexed project instead: its text units, settings and cache; graph shape only (no gold)")
+    ap.add_argument("--gold", action="store_true",
+                    help="with --project made by index_embedded.py --redocred N: also score its answers against "
+                         "the gold of the documents --docs N --seed S --held-out draws (the ones it indexed)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="a setting for this run, e.g. local.parallel=1 (give --workdir apart: "
                          "the cache does not know it)")
@@ -311,7 +346,7 @@ def main() -> None:
         chinese(settings)
         return
     if args.project:
-        project(Path(args.project))
+        project(Path(args.project), docs if args.gold else None)
         return
     units = pd.DataFrame({"id": [f"doc{i}" for i in range(len(docs))], "text": [detokenise(d["sents"]) for d in docs]})
     model = f"{args.model} at {args.base_url}" if args.base_url else f"embedded {args.size}"

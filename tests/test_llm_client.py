@@ -638,3 +638,31 @@ def test_replies_without_a_usable_choice_are_retried_and_token_counts_are_read_f
     use = client.usage.step("query")
     assert use.retries == 2 and use.calls == 1 and replies == []
     assert (use.prompt_tokens, use.completion_tokens, use.cached_prompt_tokens) == (11, 2, 8)
+
+
+def test_the_embedded_server_is_sent_no_more_requests_than_it_has_slots(mock_server, monkeypatch, tmp_path):
+    """llama.cpp queues what its slots cannot take, and a queued request's wait counts against
+    the client's timeout: with one slot and the default four requests in flight, report calls
+    of ~2 minutes timed out behind each other, the server was taken for down, and an index
+    failed two reports (stop 49). The client holds the requests past the slots itself."""
+    from sensegraph.config import load_settings
+    from sensegraph.llm import embedded, open_chat
+
+    server = mock_server(latency=0.4, batch_limit=1)  # one slot: the others queue at the server
+    monkeypatch.setattr(embedded, "ensure_server", lambda local: (server.base_url, "m"))
+    settings = load_settings(tmp_path, overrides={
+        "chat": {"provider": "local", "concurrency": 4, "timeout": 1.0, "max_retries": 0,
+                 "retry_base_seconds": 0.01},
+        "local": {"parallel": 1}}, env={})
+
+    async def four() -> list[Extraction]:
+        client = open_chat(settings, cache=None)
+        try:
+            return await asyncio.gather(*(client.structured(messages(TEXT + f" ({i})"), Extraction, step="extract",
+                                                            item=f"tu-{i}", max_tokens=800) for i in range(4)))
+        finally:
+            await client.aclose()
+
+    answers = asyncio.run(four())
+    assert len(answers) == 4
+    assert server.stats["max_in_flight"] == 1

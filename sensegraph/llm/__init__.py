@@ -28,7 +28,12 @@ def open_chat(settings: Settings, *, cache: Cache | None, usage: Usage | None = 
             return await asyncio.to_thread(ensure_server, local)
 
         extra = {"repeat_penalty": local.repeat_penalty, "repeat_last_n": 1024} if local.repeat_penalty != 1.0 else None
-        return ChatClient(settings.chat, cache=cache, usage=usage, endpoint=endpoint, extra_body=extra, **kwargs)
+        # No more requests in flight than the server has slots: llama.cpp queues the rest, and
+        # a queued request's wait counts against chat.timeout. With one slot and four in flight,
+        # two-minute report calls timed out behind each other and the server was taken for
+        # down; held here instead, they wait without a clock (the server is no less busy).
+        chat = settings.chat.model_copy(update={"concurrency": min(settings.chat.concurrency, local.parallel)})
+        return ChatClient(chat, cache=cache, usage=usage, endpoint=endpoint, extra_body=extra, **kwargs)
     return ChatClient(settings.chat, cache=cache, usage=usage, **kwargs)
 
 
