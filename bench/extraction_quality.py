@@ -34,6 +34,8 @@ noise. --held-out draws only documents that no check was shaped on.
     python bench/extraction_quality.py --docs 5 --size 0.5b
     python bench/extraction_quality.py --base-url http://127.0.0.1:8000/v1 --model mock   # any server
     python bench/extraction_quality.py --chinese          # chapter 1 of Journey to the West
+    python bench/extraction_quality.py --project /tmp/rd10 --gold --docs 10 --seed 2 --held-out
+        # a kept `bench/index_embedded.py --redocred 10 --keep /tmp/rd10` index, scored from its cache
 
 --chinese measures chapter 1 of ../shared/data/xiyouji-ch01-07.txt against a gold list of its
 main people and places written for this bench (bench/data/xiyouji_ch01_gold.json): recall, and
