@@ -325,7 +325,7 @@ def main() -> None:
     ap.add_argument("--workdir", default="/tmp/sensegraph-redocred")
     ap.add_argument("--chinese", action="store_true", help="chapter 1 of Journey to the West against our gold list instead")
     ap.add_argument("--project", default=None,
-                    help="an indexed project instead: its text units, settings and cache; graph shape only (no gold)")
+                    help="an indexed project instead: its text units, settings and cache; graph shape, and with --gold its scores")
     ap.add_argument("--gold", action="store_true",
                     help="with --project made by index_embedded.py --redocred N: also score its answers against "
                          "the gold of the documents --docs N --seed S --held-out draws (the ones it indexed)")
