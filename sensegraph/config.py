@@ -57,7 +57,7 @@ class ModelSettings(_Section):
     tokens_per_minute: int = Field(0, ge=0, description="0 = no limit")
     max_retries: int = Field(6, ge=0, le=50)
     retry_base_seconds: float = Field(1.0, ge=0, description="first back-off delay; doubles each retry")
-    timeout: float = Field(300.0, gt=0, description="seconds per request")
+    timeout: float = Field(300.0, gt=0, description="seconds per request (the embedded chat model: between tokens)")
     # Outages (sensegraph/llm/endpoints.py): a server that fails OUT_AFTER_FAILURES times in a
     # row is out for a cool-down that doubles per outage (not per fault) up to the cap; then one
     # probe request is let through, and its success puts the server back. When every server of

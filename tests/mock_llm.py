@@ -313,7 +313,8 @@ class MockServer:
                  reject_formats: tuple[str, ...] = (), models: tuple[str, ...] | None = None,
                  api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0,
                  answer_scale: float = 1.0, fast_vectors: bool = False,
-                 responder: Callable[[dict[str, Any]], str | None] | None = None, reject_status: int = 400):
+                 responder: Callable[[dict[str, Any]], str | None] | None = None, reject_status: int = 400,
+                 chunk_seconds: float = 0.0):
         unknown = set(faults or {}) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)}; allowed: {', '.join(FAULTS)}")
@@ -346,6 +347,9 @@ class MockServer:
         # a GPU server at its batch limit, so latency grows with the queue instead of staying flat.
         self.batch_limit = batch_limit
         self._batch: asyncio.Semaphore | None = None
+        # A slow generator: a chat answer comes in pieces this many seconds apart, streamed as
+        # they come, or (not streamed) sent once the last one is ready, like a local model.
+        self.chunk_seconds = chunk_seconds
         # Set at any time to a fault ("503", "drop", "hang", "401" ...) that every request then
         # gets, before script and rates: a server that goes down and comes back (None) mid-test.
         self.down: str | None = None
@@ -580,7 +584,9 @@ class MockServer:
                     self._send(writer, self.reject_status, _error(
                         f"response_format type {rf_type!r} is not supported", "invalid_request_error"))
                 return True
-            if kind == "chat":
+            if kind == "chat" and self.chunk_seconds:
+                await self._slow_chat(writer, body, digest, fault)
+            elif kind == "chat":
                 self._chat(writer, body, digest, fault)
             else:
                 self._embeddings(writer, body, fault)
@@ -589,6 +595,26 @@ class MockServer:
             with self._lock:
                 self._in_flight -= 1
                 self._in_flight_by_kind[kind] -= 1
+
+    async def _slow_chat(self, writer: asyncio.StreamWriter, body: dict[str, Any], digest: bytes,
+                         fault: str) -> None:
+        """_chat from a slow generator (chunk_seconds): a streamed answer is written piece by
+        piece as each is "generated"; any other waits for all of them and is sent whole."""
+        if not body.get("stream"):
+            await asyncio.sleep(self.chunk_seconds * (STREAM_PIECES + 1))
+            self._chat(writer, body, digest, fault)
+            return
+        buffer = _Buffer()
+        self._chat(buffer, body, digest, fault)  # type: ignore[arg-type]
+        head, _, payload = bytes(buffer).partition(b"\r\n\r\n")
+        head = head.replace(f"Content-Length: {len(payload)}".encode(), b"Transfer-Encoding: chunked")
+        writer.write(head + b"\r\n\r\n")
+        for event in payload.split(b"\n\n"):
+            if event:
+                await asyncio.sleep(self.chunk_seconds)
+                writer.write(b"%x\r\n%s\n\n\r\n" % (len(event) + 2, event))
+                await writer.drain()
+        writer.write(b"0\r\n\r\n")
 
     def _chat(self, writer: asyncio.StreamWriter, body: dict[str, Any], digest: bytes, fault: str) -> None:
         # (tests replace _chat_answer with three-argument versions: pass options only when set)
@@ -630,7 +656,7 @@ class MockServer:
                      else [], "usage": u}
             return "data: " + json.dumps(chunk, ensure_ascii=False) + "\n\n"
 
-        step = max(1, len(content) // 4)
+        step = max(1, len(content) // STREAM_PIECES)
         parts = [event({"role": "assistant", "content": ""}, None)]
         parts += [event({"content": content[i:i + step]}, None) for i in range(0, len(content), step)]
         parts.append(event({}, finish))
@@ -679,6 +705,16 @@ class MockServer:
         writer.write(head.encode("latin-1") + payload)
 
 
+STREAM_PIECES = 4  # a streamed answer's content comes in this many pieces
+
+
+class _Buffer(bytearray):
+    """Collects what _chat writes, for _slow_chat to send in pieces."""
+
+    def write(self, data: bytes) -> None:
+        self.extend(data)
+
+
 def _error(message: str, etype: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": etype, "param": None, "code": etype}}
 
@@ -689,7 +725,7 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
                       api_key: str | None = None, yes_rate: float = 0.0, batch_limit: int = 0,
                       answer_scale: float = 1.0, fast_vectors: bool = False,
                       responder: Callable[[dict[str, Any]], str | None] | None = None,
-                      reject_status: int = 400) -> MockServer:
+                      reject_status: int = 400, chunk_seconds: float = 0.0) -> MockServer:
     """Start a mock server in a background thread; use as a context manager or call `.stop()`.
 
     faults: rates per fault, e.g. {"429": 0.1, "hang": 0.01} (FAULTS lists them).
@@ -698,6 +734,8 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
     reject_formats: response_format types answered with 400 ("json_schema", "json_object").
     reject_status: the status they are answered with instead (500: a server whose structured
             decoding breaks on them).
+    chunk_seconds: a slow generator: a chat answer's pieces come this many seconds apart,
+            streamed as they come or, not streamed, sent once the last is ready.
     models: the model names served (listed by GET /models); others get 404. None: any name.
     api_key: if set, requests without `Authorization: Bearer <api_key>` get 401.
     batch_limit: at most this many requests are answered at once, the others queue (0 = no limit).
@@ -713,7 +751,7 @@ def start_mock_server(*, latency: float = 0.0, faults: dict[str, float] | None =
     return MockServer(latency=latency, faults=faults, script=script, seed=seed, port=port,
                       reject_formats=reject_formats, models=models, api_key=api_key, yes_rate=yes_rate,
                       batch_limit=batch_limit, answer_scale=answer_scale, fast_vectors=fast_vectors,
-                      responder=responder, reject_status=reject_status).start()
+                      responder=responder, reject_status=reject_status, chunk_seconds=chunk_seconds).start()
 
 
 def main() -> None:

@@ -666,3 +666,33 @@ def test_the_embedded_server_is_sent_no_more_requests_than_it_has_slots(mock_ser
     answers = asyncio.run(four())
     assert len(answers) == 4
     assert server.stats["max_in_flight"] == 1
+
+
+def _local_client(server, monkeypatch, tmp_path, **chat):
+    from sensegraph.config import load_settings
+    from sensegraph.llm import embedded, open_chat
+
+    monkeypatch.setattr(embedded, "ensure_server", lambda local: (server.base_url, "m"))
+    settings = load_settings(tmp_path, overrides={
+        "chat": {"provider": "local", "max_retries": 0, "retry_base_seconds": 0.01, **chat}}, env={})
+    return open_chat(settings, cache=None)
+
+
+def test_a_slow_embedded_model_is_not_taken_for_a_dead_one(mock_server, monkeypatch, tmp_path):
+    """On a slow day one extraction answer of the embedded model took longer than chat.timeout
+    (300 s) to write; three such timeouts took the server out and the outage failed the rest of
+    the index (stop 49). Its answers are read as a stream now: the timeout bounds the silence
+    between tokens, so a model that keeps writing is waited for however long the answer is."""
+    server = mock_server(chunk_seconds=0.3)  # pieces 0.3 s apart: the whole answer takes ~2 s
+    client = _local_client(server, monkeypatch, tmp_path, timeout=1.0)
+    answer = asyncio.run(_extract(client))
+    assert answer.entities
+    total = client.usage.total()
+    assert total.calls == 1 and total.prompt_tokens > 0 and total.completion_tokens > 0
+
+
+def test_a_hung_embedded_model_still_times_out(mock_server, monkeypatch, tmp_path):
+    server = mock_server(script=["hang"])
+    client = _local_client(server, monkeypatch, tmp_path, timeout=0.5)
+    with pytest.raises(LLMError, match="timed out"):
+        asyncio.run(_extract(client))

@@ -33,7 +33,10 @@ def open_chat(settings: Settings, *, cache: Cache | None, usage: Usage | None = 
         # two-minute report calls timed out behind each other and the server was taken for
         # down; held here instead, they wait without a clock (the server is no less busy).
         chat = settings.chat.model_copy(update={"concurrency": min(settings.chat.concurrency, local.parallel)})
-        return ChatClient(chat, cache=cache, usage=usage, endpoint=endpoint, extra_body=extra, **kwargs)
+        # Streamed, so that chat.timeout is the longest silence between tokens: a whole answer
+        # of 1,500 tokens ran past 300 s on a slow day, and the server was taken for down.
+        return ChatClient(chat, cache=cache, usage=usage, endpoint=endpoint, extra_body=extra,
+                          stream_replies=True, **kwargs)
     return ChatClient(settings.chat, cache=cache, usage=usage, **kwargs)
 
 

@@ -109,6 +109,7 @@ class ChatClient:
         endpoint: Callable[[], Awaitable[tuple[str, str]]] | None = None,
         extra_body: dict[str, Any] | None = None,
         http_client: httpx.AsyncClient | None = None,
+        stream_replies: bool = False,
     ):
         self.settings = settings
         self.cache = cache
@@ -131,6 +132,10 @@ class ChatClient:
         # part of the cache key because they change the answer.
         self.extra_body = extra_body or {}
         self._http_client = http_client
+        # Read every answer (but choose()'s one token) as a stream: `chat.timeout` then bounds
+        # the wait between tokens, not the whole answer. For the embedded server, where a long
+        # answer on a slow machine outlasted the timeout and the server was taken for down.
+        self.stream_replies = stream_replies
         self._mode = settings.structured_output if settings.structured_output != "auto" else "json_schema"
         self._auto = settings.structured_output == "auto"
         # Structured requests that got a 500 twice and then an answer in a lower mode, per mode,
@@ -442,7 +447,7 @@ class ChatClient:
                     kwargs["model"] = endpoint.model or self.model
                     if (bound := self.endpoints.request_timeout(endpoint)) is not None:
                         kwargs["timeout"] = bound  # a probe while every server is out: until the deadline
-                    if shown is None:
+                    if shown is None and (options or not self.stream_replies):
                         # The reply's JSON as sent: building the library's pydantic objects for
                         # it cost ~1 ms of CPU per answer, more for long ones.
                         reply = await client.chat.completions.with_raw_response.create(**kwargs)
@@ -454,7 +459,7 @@ class ChatClient:
                         # Read inside the slot: the request is in flight until its last chunk.
                         chunks = await client.chat.completions.create(
                             **kwargs, stream=True, stream_options={"include_usage": True})
-                        content, finish, usage = await _read_stream(chunks, shown)
+                        content, finish, usage = await _read_stream(chunks, shown or _Shown(_unread))
                 except Retryable as fault:  # a reply without choices, a stream that differs
                     self.endpoints.invalid(endpoint)
                     fault.endpoint = endpoint
@@ -695,6 +700,10 @@ class _Shown:
     def finished(self, received: str) -> None:
         if len(received) < len(self.text):
             raise Retryable(_DIFFERS)
+
+
+def _unread(_: str) -> None:
+    """A streamed answer nobody reads as it comes (ChatClient.stream_replies): only the whole."""
 
 
 _DIFFERS = "the retried stream differs from the part of the answer already shown"
