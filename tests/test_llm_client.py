@@ -696,3 +696,26 @@ def test_a_hung_embedded_model_still_times_out(mock_server, monkeypatch, tmp_pat
     client = _local_client(server, monkeypatch, tmp_path, timeout=0.5)
     with pytest.raises(LLMError, match="timed out"):
         asyncio.run(_extract(client))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_tokens_of_an_answer_cut_off_at_max_tokens_are_counted(mock_server, monkeypatch, tmp_path, stream):
+    """A server bills an answer it cut off at max_tokens like any other. Its tokens were not
+    counted (the request was retried before they were added): a report the 1.5B ran to its
+    1,500-token limit three times showed 1,672 completion tokens for ~6,000 written (stop 49),
+    and a budget would not see them. They count now, streamed or not."""
+    def spent(script: list[str]) -> tuple[int, int, int]:
+        server = mock_server(script=script)
+        if stream:
+            client = _local_client(server, monkeypatch, tmp_path, max_retries=3)
+        else:
+            client = ChatClient(settings(server), cache=None)
+        asyncio.run(_extract(client))
+        total = client.usage.total()
+        return total.calls, total.prompt_tokens, total.completion_tokens
+
+    calls, prompt, completion = spent(["ok"])
+    calls_cut, prompt_cut, completion_cut = spent(["length", "ok"])
+    assert calls_cut == calls == 1
+    assert prompt_cut == 2 * prompt
+    assert completion_cut > completion

@@ -367,6 +367,9 @@ class ChatClient:
                 last, failed_on = str(exc), exc.endpoint
                 again_500 = False
             except Retryable as exc:
+                if exc.usage is not None and any(exc.usage):
+                    # an answer we cannot use, billed all the same (as the server counted it)
+                    self.usage.add_chat(step, *exc.usage)
                 if exc.endpoint is None and endpoint is not None:
                     # A 200 whose content failed validation: that server's fault, for the retry's choice.
                     exc.endpoint = endpoint
@@ -509,11 +512,12 @@ class ChatClient:
                                            item, shown, estimate, avoid, options, as_mode and lower)
             raise
         if not content.strip():
-            raise self._rejected(endpoint, Retryable(f"empty answer (finish_reason={finish})", answer=content))
+            raise self._rejected(endpoint, Retryable(f"empty answer (finish_reason={finish})", answer=content), usage)
         if schema is not None and finish == "length":
             # The model itself ran out of tokens: the identical request would run out again.
             raise self._rejected(endpoint, Retryable(
-                f"answer cut off at max_tokens={max_tokens} before the JSON was complete", answer=content, repeats=True))
+                f"answer cut off at max_tokens={max_tokens} before the JSON was complete", answer=content, repeats=True),
+                usage)
         self._lower_failed = False
         if as_mode is None and mode is not None:
             self._format_faults[mode] = 0  # this mode is served: its 5xx so far were passing faults
@@ -580,9 +584,10 @@ class ChatClient:
                                f"and answered them in {lower}: structured output is {lower} from now on "
                                f"(chat.structured_output sets it)")
 
-    def _rejected(self, endpoint: Endpoint, fault: Retryable) -> Retryable:
+    def _rejected(self, endpoint: Endpoint, fault: Retryable, usage: Usage3 | None = None) -> Retryable:
         self.endpoints.invalid(endpoint)
         fault.endpoint = endpoint
+        fault.usage = usage
         return fault
 
     async def aclose(self) -> None:

@@ -41,6 +41,9 @@ class Retryable(Exception):
         self.repeats = repeats
         self.status = status  # the HTTP status of a 5xx (or 408/409)
         self.endpoint: Any = None  # the server that faulted, when it was the server (llm/endpoints.py)
+        # (prompt, completion, cached) tokens of an answer the server gave and we could not use
+        # (cut off, empty): billed all the same, so counted all the same
+        self.usage: tuple[int, int, int] | None = None
 
 
 # The HTTP library the `openai` package is built on: httpx for 1.x, its successor httpx2 for
