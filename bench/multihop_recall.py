@@ -181,7 +181,8 @@ def main() -> None:
     first_wait = rows.pop("_first_wait")
     multi = [i for i, q in enumerate(questions) if q["multihop"]]
     half = len(questions) // 2
-    model = f"embedded {args.size}" if args.index == "standard" or args.lazy else "no chat model"
+    chats = args.index == "standard" or args.lazy or settings.query.walk_fact_filter
+    model = f"embedded {args.size}" if chats else "no chat model"
     print(f"\n2WikiMultihopQA, {len(questions)} questions ({len(multi)} multi-hop), {args.index} index, {model}"
           + (f", lazy budget {args.budget}, tester {args.tester}" if args.lazy else "")
           + "".join(f", {x}" for x in args.set))

@@ -359,6 +359,12 @@ class QuerySettings(_Section):
                                     "the nearest units' sentences that best match the question (0 = off)")
     walk_fact_units: int = Field(5, ge=1, description="graph walk: nearest text units whose sentences are "
                                  "matched to the question")
+    # HippoRAG 2's recognition filter: the chat model reads the best-matching facts and keeps those
+    # that help answer the question, so a fact that only shares words with it seeds nothing. One
+    # short call per new question (cached); a call that fails leaves the facts unfiltered and is
+    # named among the answer's failures.
+    walk_fact_filter: bool = Field(False, description="graph walk: the chat model keeps, of the facts that "
+                                   "best match the question, those that help answer it (one call a question)")
     text_unit_share: float = Field(0.5, ge=0, le=1, description="local search: share of the context")
     community_share: float = Field(0.15, ge=0, le=1, description="local search: share of the context")
     # 0 = as many as fit the context budget, nearest first (the paper's SS); > 0 caps the count.

@@ -243,3 +243,51 @@ def test_fact_linking_finds_nothing_in_units_that_name_no_entity(tmp_path):
     on = asyncio.run(walk(query(tmp_path, index, question, walk_fact_weight=1.0, walk_fact_units=1), question))
     off = asyncio.run(walk(query(tmp_path, index, question, walk_fact_weight=0), question))
     assert on.seeds == off.seeds  # the nearest unit's sentences name no entity: no fact seeds
+
+
+def _facts_llm(answer) -> ScriptedLLM:
+    """Answers the recognition filter's call with `answer` (a Picks reply or an httpx.Response)
+    and any other call (local search's answer) with a cited sentence."""
+    from scripted import schema_name
+
+    return ScriptedLLM(lambda body: answer if schema_name(body) == "Picks" else "Answer [Data: Sources (1)]")
+
+
+def test_the_recognition_filter_seeds_only_the_facts_the_model_keeps(tmp_path):
+    """walk_fact_filter (HippoRAG 2's recognition filter): the chat model is shown the facts that
+    best match the question and only those it keeps seed; none kept, no fact seeds."""
+    index = film_index(tmp_path, distractors=8)
+    question = "Who is the father of the director of film Palo Alto?"
+    common = dict(top_entities=1, walk_seed_units=1, walk_fact_weight=1.0, walk_fact_units=2)
+    off = asyncio.run(walk(query(tmp_path, index, question, top_entities=1, walk_seed_units=1, walk_fact_weight=0),
+                           question))
+    unfiltered = asyncio.run(walk(query(tmp_path, index, question, **common), question))
+    keep = _facts_llm({"relevant": [1]})
+    kept = asyncio.run(walk(query(tmp_path, index, question, keep, walk_fact_filter=True, **common), question))
+    none = asyncio.run(walk(query(tmp_path, index, question, _facts_llm({"relevant": []}), walk_fact_filter=True,
+                                  **common), question))
+    outside = asyncio.run(walk(query(tmp_path, index, question, _facts_llm({"relevant": [7]}), walk_fact_filter=True,
+                                     **common), question))
+
+    [call] = keep.requests  # one call for the question, showing the question and the fact
+    prompt = last_user(call)
+    assert question in prompt and "1. Palo Alto is a 2013 film directed by Gia Coppola." in prompt
+    assert "e1" in unfiltered.seeds and kept.seeds == unfiltered.seeds  # the one fact kept
+    assert none.seeds == off.seeds and "e1" not in none.seeds  # turned down: it seeds nothing
+    assert outside.seeds == off.seeds  # a number that was not shown keeps nothing
+
+
+def test_a_failed_recognition_call_leaves_the_facts_unfiltered_and_is_reported(tmp_path):
+    import httpx
+
+    index = film_index(tmp_path, distractors=8)
+    question = "Who is the father of the director of film Palo Alto?"
+    common = dict(top_entities=1, walk_seed_units=1, walk_fact_weight=1.0, walk_fact_units=2)
+    unfiltered = asyncio.run(walk(query(tmp_path, index, question, **common), question))
+    refused = httpx.Response(400, json={"error": {"message": "bad request", "type": "invalid_request_error"}})
+    q = query(tmp_path, index, question, _facts_llm(refused), walk_fact_filter=True, **common)
+    r = asyncio.run(local_search(q))
+    assert r.answer.startswith("Answer")
+    assert len(r.failures) == 1 and r.failures[0].startswith("recognition filter of the walk's facts")
+    q2 = query(tmp_path, index, question, _facts_llm(refused), walk_fact_filter=True, **common)
+    assert asyncio.run(walk(q2, question)).seeds == unfiltered.seeds

@@ -6,11 +6,13 @@ Methods build a context; this module turns "question + context" into a cited ans
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pandas as pd
+from pydantic import BaseModel, Field, create_model
 
 from ..config import Settings
 from ..language import detect_language
@@ -57,6 +59,9 @@ class Query:
     history: list[dict[str, str]] = field(default_factory=list)  # [{"role": "user"|"assistant", "content"}]
     on_token: Callable[[str], None] | None = None
     log: Callable[[str], None] = lambda m: None
+    # LLM calls of the retrieval that failed after retries (e.g. the walk's fact filter): named in
+    # the result's failures, so nothing is lost silently
+    failures: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.response_type = self.response_type or self.settings.query.response_type
@@ -202,8 +207,19 @@ def result(q: Query, method: str, answer: str, context: Context, *, stats: dict[
     return QueryResult(
         question=q.question, method=method, answer=text.strip(), context=context, citations=cited_ids,
         invalid_citations=invalid, cited=cited, usage=usage_of(q.llm, q.embedder), stats=stats or {},
-        failures=failures or [],
+        failures=[*(failures or []), *q.failures],
     )
+
+
+class Picks(BaseModel):
+    relevant: list[int]
+
+
+@functools.lru_cache(maxsize=64)
+def picks_schema(most: int) -> type[BaseModel]:
+    """The numbers a model chose among those it was shown, at most `most` of them (maxItems):
+    lazy search's relevant passages, the walk's recognised facts."""
+    return create_model("Picks", relevant=(list[int], Field(max_length=most)), __base__=Picks)
 
 
 def no_answer(q: Query) -> str:

@@ -34,6 +34,8 @@ fast-graphrag, the walk goes through the graph the index already holds:
    is a film directed by Y", and Y, named nowhere in the question, seeds the hop to Y's own
    passage. It paid only once such names were concepts (document titles, concepts.py): on the
    6,119-passage corpus recall@5 0.830 -> 0.845 and @10 0.935 -> 0.955, in both halves.
+   With `query.walk_fact_filter`, HippoRAG 2's recognition filter: the chat model reads those
+   facts and only the ones it says help answer the question seed (none kept: no fact seeds).
 3. Walk: personalised PageRank, continuing with probability `query.walk_damping` and restarting
    at the seeds otherwise (a node without edges restarts too), by power iteration over the edge
    arrays: O(edges) numpy work per iteration, no graph library.
@@ -48,7 +50,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .answer import Query
+from ..llm.client import LLMError
+from .answer import Query, picks_schema
 from .data import GraphIndex, list_ids
 from .names import named_entities, named_in
 from .passages import sentences
@@ -66,6 +69,8 @@ TOLERANCE = 1e-9  # L1 change of the score vector at which the iteration has con
 TOP_FACTS = 5
 FACT_TOKENS = 80
 MIN_FACT_NAMES = 2
+# The recognition filter's answer: a JSON list of at most TOP_FACTS small numbers.
+FILTER_TOKENS = 40
 
 
 @dataclass
@@ -249,7 +254,7 @@ async def walk(q: Query, text: str) -> Walk:
             restart[n_entities + i] = unit_share * weight / total
 
     if s.walk_fact_weight > 0 and unit_similarity is not None:
-        facts = await _fact_seeds(q, graph, unit_similarity, query_vector)
+        facts = await _fact_seeds(q, text, graph, unit_similarity, query_vector)
         total = sum(facts.values())
         for i, weight in facts.items():
             restart[i] += s.walk_fact_weight * weight / total
@@ -265,7 +270,8 @@ async def walk(q: Query, text: str) -> Walk:
                 named=named, seeds=seeds)
 
 
-async def _fact_seeds(q: Query, graph: WalkGraph, unit_similarity: np.ndarray, query_vector) -> dict[int, float]:
+async def _fact_seeds(q: Query, text: str, graph: WalkGraph, unit_similarity: np.ndarray,
+                      query_vector) -> dict[int, float]:
     """Entity nodes named in the sentences, of the `query.walk_fact_units` units nearest to the
     question, that match it best (HippoRAG 2's query-to-fact linking, a sentence naming a unit's
     entities standing for a fact): each weighted by its best sentence's scaled similarity and its
@@ -286,8 +292,27 @@ async def _fact_seeds(q: Query, graph: WalkGraph, unit_similarity: np.ndarray, q
         return {}
     vectors = await q.embedder.embed([text for text, _ in facts], kind="passage", step="embed")
     weights = _scaled(vectors @ np.asarray(query_vector, np.float32), TOP_FACTS)
+    if q.settings.query.walk_fact_filter:
+        weights = await _recognised(q, text, [f for f, _ in facts], weights)
     seeds: dict[int, float] = {}
     for f, weight in weights.items():
         for i in facts[f][1]:
             seeds[i] = max(seeds.get(i, 0.0), weight / max(float(graph.units_per_entity[i]), 1.0) ** SPECIFICITY)
     return seeds
+
+
+async def _recognised(q: Query, text: str, facts: list[str], weights: dict[int, float]) -> dict[int, float]:
+    """The facts of `weights` (index into `facts` -> weight) that the chat model says help answer
+    `text`: HippoRAG 2's recognition filter, shown best match first. A call that fails after its
+    retries keeps them all (the walk as without the filter) and is named among the failures."""
+    shown = sorted(weights, key=lambda f: -weights[f])
+    numbered = "\n".join(f"{n}. {facts[f]}" for n, f in enumerate(shown, 1))
+    messages = q.render("walk_facts", question=text, facts=numbered, most=len(shown))
+    try:
+        reply = await q.llm.structured(messages, picks_schema(len(shown)), step="recognition",
+                                       item="facts of the question", max_tokens=FILTER_TOKENS)
+    except LLMError as e:
+        q.failures.append(f"recognition filter of the walk's facts ({e}): facts left unfiltered")
+        return weights
+    kept = {shown[n - 1] for n in reply.relevant if 1 <= n <= len(shown)}
+    return {f: w for f, w in weights.items() if f in kept}

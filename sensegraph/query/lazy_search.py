@@ -80,7 +80,7 @@ from pydantic import BaseModel, Field, create_model
 from ..config import Settings
 from ..llm.client import LLMError
 from ..tokens import count_tokens, truncate
-from .answer import Query, QueryResult, each_batch, final_answer, no_answer, result
+from .answer import Query, QueryResult, each_batch, final_answer, no_answer, picks_schema, result
 from .citations import MAX_IDS, normalise
 from .context import Context, Section, chunks, header, pack, row_values
 from .data import list_ids
@@ -108,16 +108,6 @@ class Rating(BaseModel):
 
 class Ratings(BaseModel):
     ratings: list[Rating] = Field(max_length=MAX_BATCH)
-
-
-class Picks(BaseModel):
-    relevant: list[int]
-
-
-@functools.lru_cache(maxsize=64)
-def picks_schema(most: int) -> type[BaseModel]:
-    """The chosen passages of one test call, at most `most` of them (its maxItems)."""
-    return create_model("Picks", relevant=(list[int], Field(max_length=most)), __base__=Picks)
 
 
 class Answer(BaseModel):
