@@ -57,7 +57,7 @@ class ModelSettings(_Section):
     tokens_per_minute: int = Field(0, ge=0, description="0 = no limit")
     max_retries: int = Field(6, ge=0, le=50)
     retry_base_seconds: float = Field(1.0, ge=0, description="first back-off delay; doubles each retry")
-    timeout: float = Field(300.0, gt=0, description="seconds per request (the embedded chat model: between tokens)")
+    timeout: float = Field(300.0, gt=0, description="seconds per request (a streamed chat answer: between tokens)")
     # Outages (sensegraph/llm/endpoints.py): a server that fails OUT_AFTER_FAILURES times in a
     # row is out for a cool-down that doubles per outage (not per fault) up to the cap; then one
     # probe request is let through, and its success puts the server back. When every server of
@@ -85,6 +85,13 @@ class ChatSettings(ModelSettings):
     # the same budget continues where it stopped and spends up to the budget again.
     budget_tokens: int = Field(0, ge=0, description="0 = no limit")
     budget_cost: float = Field(0.0, ge=0, description="0 = no limit; needs the prices")
+    # A streamed answer lets `timeout` bound the silence between tokens instead of the whole
+    # answer, so a slow server writing a long answer is not taken for a dead one (a 1,500-token
+    # answer at 5 tokens/s takes 300 s). Off for other servers by default: reading a stream
+    # costs the client more CPU per call, and a hosted model answers well within the timeout.
+    stream_replies: bool | None = Field(None, description="read answers as a stream, the timeout then "
+                                        "bounding the silence between tokens (None = for the embedded "
+                                        "model only; on for a slow self-hosted server)")
 
 
 class EmbeddingSettings(ModelSettings):

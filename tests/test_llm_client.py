@@ -719,3 +719,27 @@ def test_the_tokens_of_an_answer_cut_off_at_max_tokens_are_counted(mock_server, 
     assert calls_cut == calls == 1
     assert prompt_cut == 2 * prompt
     assert completion_cut > completion
+
+
+def test_a_slow_self_hosted_server_is_waited_for_when_its_answers_are_streamed(mock_server, tmp_path):
+    """A user's own llama.cpp or Ollama server on a slow machine writes long answers as slowly as
+    the embedded model. Without streaming its answer must be whole within chat.timeout, and the
+    server is taken for dead; with chat.stream_replies the timeout bounds the silence between
+    tokens, as for the embedded model."""
+    from sensegraph.config import load_settings
+    from sensegraph.llm import open_chat
+
+    server = mock_server(chunk_seconds=0.3)  # pieces 0.3 s apart: the whole answer takes ~2 s
+
+    def client(**chat):
+        s = load_settings(tmp_path, overrides={"chat": {
+            "provider": "openai", "model": "m", "base_url": server.base_url, "api_key": "k",
+            "max_retries": 0, "timeout": 1.0, **chat}}, env={})
+        return open_chat(s, cache=None)
+
+    with pytest.raises(LLMError, match="timed out"):
+        asyncio.run(_extract(client()))  # the default for a server of one's own: not streamed
+    streamed = client(stream_replies=True)
+    assert asyncio.run(_extract(streamed)).entities
+    total = streamed.usage.total()
+    assert total.calls == 1 and total.completion_tokens > 0

@@ -35,9 +35,11 @@ def open_chat(settings: Settings, *, cache: Cache | None, usage: Usage | None = 
         chat = settings.chat.model_copy(update={"concurrency": min(settings.chat.concurrency, local.parallel)})
         # Streamed, so that chat.timeout is the longest silence between tokens: a whole answer
         # of 1,500 tokens ran past 300 s on a slow day, and the server was taken for down.
+        stream = settings.chat.stream_replies is not False
         return ChatClient(chat, cache=cache, usage=usage, endpoint=endpoint, extra_body=extra,
-                          stream_replies=True, **kwargs)
-    return ChatClient(settings.chat, cache=cache, usage=usage, **kwargs)
+                          stream_replies=stream, **kwargs)
+    return ChatClient(settings.chat, cache=cache, usage=usage, stream_replies=bool(settings.chat.stream_replies),
+                      **kwargs)
 
 
 def open_embedder(settings: Settings, *, cache: Cache | None, usage: Usage | None = None, **kwargs):
