@@ -4,6 +4,7 @@ bars, the spending-budget options. Heavy imports stay inside the commands, so `s
 from __future__ import annotations
 
 import sys
+import time
 from contextlib import contextmanager
 
 import click
@@ -51,9 +52,47 @@ def budget_overrides(budget_tokens: int | None, budget_cost: float | None) -> di
     return {"chat": chat} if chat else {}
 
 
+# Where the output is not a terminal (a log file, CI, nohup), rich draws its bars only once,
+# when they are done: an hour-long index on a slow laptop said nothing until its end. There a
+# step prints a line when it starts, at most every PLAIN_EVERY seconds while it runs, and when
+# it is done.
+PLAIN_EVERY = 30.0
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def plain_bar(description: str, total: int):
+    """bar(description, total) -> advance(n) as plain progress lines."""
+    start = last = time.monotonic()
+    done = 0
+    if total:  # (a step with nothing left to do, everything cached, says so in its own log line)
+        log(f"{description}: 0 of {total}")
+
+    def advance(n: int = 1) -> None:
+        nonlocal done, last
+        done += n
+        now = time.monotonic()
+        if done < total and now - last < PLAIN_EVERY:
+            return
+        last = now
+        line = f"{description}: {done} of {total} ({done / max(total, 1):.0%}), {_duration(now - start)}"
+        if 0 < done < total:
+            line += f", ~{_duration((now - start) * (total - done) / done)} left"
+        log(line)
+
+    return advance
+
+
 @contextmanager
 def progress_bars():
-    """A bar factory for the pipeline: bar(description, total) -> advance(n)."""
+    """A bar factory for the pipeline: bar(description, total) -> advance(n). Live bars on a
+    terminal, plain lines elsewhere (`plain_bar`)."""
+    if not console.is_terminal:
+        yield plain_bar
+        return
     progress = Progress(TextColumn("[bold]{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
                         transient=False)
