@@ -743,3 +743,34 @@ def test_a_slow_self_hosted_server_is_waited_for_when_its_answers_are_streamed(m
     assert asyncio.run(_extract(streamed)).entities
     total = streamed.usage.total()
     assert total.calls == 1 and total.completion_tokens > 0
+
+
+def test_rejected_answers_are_kept_and_shown_by_doctor(mock_server, tmp_path):
+    """An answer the client cannot use is retried, and its text was seen nowhere: a user whose
+    model kept failing one step could not tell why. Each one (not valid for its schema, cut off at
+    max_tokens, cut off mid-JSON, empty) is now kept in the project's cache with the reason, and
+    `sensegraph doctor --rejected N` shows them; answers that were used are not among them."""
+    from click.testing import CliRunner
+
+    from sensegraph.cli import main as cli_main
+    from sensegraph.config import load_settings
+    from sensegraph.llm import open_cache, open_chat
+
+    server = mock_server(script=["invalid", "length", "truncated", "empty", "ok", "ok"])
+    project = load_settings(tmp_path, overrides={"chat": {
+        "provider": "openai", "model": "m", "base_url": server.base_url, "api_key": "k",
+        "max_retries": 5, "retry_base_seconds": 0.01}}, env={})
+    client = open_chat(project, cache=open_cache(project))
+    assert asyncio.run(_extract(client, item="tu-7")).entities
+    kept = open_cache(project).rejected(10)
+    assert [r["item"] for r in kept] == ["tu-7"] * 4 and {r["model"] for r in kept} == {"m"}
+    empty, truncated, length, invalid = kept  # newest first
+    assert "empty answer" in empty["reason"] and empty["reply"] == ""
+    assert "cut off in the middle of the JSON" in truncated["reason"] and truncated["reply"]
+    assert "cut off at max_tokens=800" in length["reason"] and length["reply"].startswith("{")
+    assert "does not match schema Extraction" in invalid["reason"] and invalid["reply"]
+
+    shown = CliRunner().invoke(cli_main, ["doctor", "--root", str(tmp_path), "--rejected", "2"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.count("extract · tu-7") == 2 and "empty answer" in shown.output
+    assert "cut off in the middle of the JSON" in shown.output and "max_tokens" not in shown.output

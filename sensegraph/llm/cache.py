@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 
+MAX_REJECTED = 1000  # rejected answers kept (a few kB each)
+
+
 def cache_key(kind: str, payload: dict[str, Any]) -> str:
     blob = json.dumps({"kind": kind, **payload}, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -29,6 +32,8 @@ class Cache:
         self._wal(deadline=time.monotonic() + 60)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS rejected (at REAL, model TEXT, step TEXT, item TEXT, "
+                         "reason TEXT, reply TEXT)")
 
     def _wal(self, deadline: float) -> None:
         # Switching a fresh file to WAL takes an exclusive lock, and SQLite answers "database is
@@ -61,6 +66,23 @@ class Cache:
 
     def put_json(self, key: str, value: Any) -> None:
         self.put(key, json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+    def reject(self, *, model: str, step: str, item: str, reason: str, reply: str) -> None:
+        """Keep an answer the client could not use (not valid for its schema, cut off at
+        max_tokens, empty), for `sensegraph doctor --rejected`: the only place a retried answer's
+        text is seen. The newest MAX_REJECTED are kept."""
+        with self._lock:
+            self._db.execute("INSERT INTO rejected VALUES (?, ?, ?, ?, ?, ?)",
+                             (time.time(), model, step, item, reason, reply))
+            self._db.execute("DELETE FROM rejected WHERE rowid <= (SELECT MAX(rowid) FROM rejected) - ?",
+                             (MAX_REJECTED,))
+
+    def rejected(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest `limit` rejected answers, newest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT at, model, step, item, reason, reply FROM rejected "
+                                    "ORDER BY rowid DESC LIMIT ?", (limit,)).fetchall()
+        return [dict(zip(("at", "model", "step", "item", "reason", "reply"), r)) for r in rows]
 
     def __len__(self) -> int:
         with self._lock:

@@ -355,7 +355,11 @@ class ChatClient:
                 self.usage.add_chat(step, usage[0] or sum(count_tokens(m["content"]) for m in messages),
                                     usage[1] or count_tokens(content), usage[2])
                 if schema is not None:
-                    content, cut = _validated(content, schema, json_schema)
+                    try:
+                        content, cut = _validated(content, schema, json_schema)
+                    except Retryable as exc:
+                        exc.reply = content
+                        raise
                     use.truncated += cut
                 self.endpoints.answered(endpoint)
                 use.calls += 1
@@ -375,6 +379,8 @@ class ChatClient:
                     exc.endpoint = endpoint
                     self.endpoints.invalid(endpoint)
                 last = str(exc)
+                if exc.reply is not None and self.cache is not None:
+                    self.cache.reject(model=self.model, step=step, item=item, reason=last, reply=exc.reply)
                 failed_on = exc.endpoint
                 again_500 = exc.status == 500
                 if schema is not None and exc.answer is not None:

@@ -38,6 +38,9 @@ class Retryable(Exception):
         super().__init__(reason)
         self.retry_after = retry_after
         self.answer = answer
+        # the text the server sent, whatever was wrong with it (kept for `sensegraph doctor
+        # --rejected`); `answer` is left unset where a repeat of it says nothing (a cut-off reply)
+        self.reply: str | None = answer
         self.repeats = repeats
         self.status = status  # the HTTP status of a 5xx (or 408/409)
         self.endpoint: Any = None  # the server that faulted, when it was the server (llm/endpoints.py)
