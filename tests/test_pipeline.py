@@ -505,3 +505,14 @@ def test_an_index_written_to_a_log_file_shows_its_progress_as_it_goes(tmp_path, 
     assert len(lines) == units + 1  # one line per unit, each saying what is left until the last
     assert all(" left" in line for line in lines[1:-1]) and " left" not in lines[-1]
     assert any(line.startswith("community reports: ") for line in result.output.splitlines())
+
+
+def test_the_index_summary_names_the_retries_and_where_to_read_the_rejected_answers(tmp_path, server):
+    write_docs(tmp_path, DOCS)
+    server.script.extend(["invalid", "length"])  # the first two chat answers cannot be used
+    result = CliRunner().invoke(cli_main, ["index", "--root", str(tmp_path)], env=_cli_env(server))
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if "retries" in line)
+    assert "2 (server faults" in row and "sensegraph doctor --rejected" in result.output
+    shown = CliRunner().invoke(cli_main, ["doctor", "--root", str(tmp_path), "--rejected", "5"])
+    assert "2 rejected answer(s) shown" in shown.output

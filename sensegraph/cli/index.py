@@ -189,6 +189,9 @@ def print_summary(result) -> None:
     table.add_row("tokens", f"{total['prompt_tokens']:,} prompt"
                   + (f" ({cached:,} from the server's prompt cache)" if cached else "")
                   + f", {total['completion_tokens']:,} completion")
+    if total.get("retries"):
+        table.add_row("retries", f"{total['retries']} (server faults, and answers that could not be used: "
+                      f"`sensegraph doctor --rejected 10` shows those)")
     if "cost" in total:
         table.add_row("cost", f"{total['cost']:.4f}")
     for kind, servers in stats.get("endpoints", {}).items():
