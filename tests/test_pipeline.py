@@ -491,7 +491,8 @@ def test_text_units_are_embedded_while_extraction_runs(tmp_path):
 def test_an_index_written_to_a_log_file_shows_its_progress_as_it_goes(tmp_path, server, monkeypatch):
     """Where the output is not a terminal (a log file, CI, nohup) rich drew the bars only at the
     end, so a 55-minute index of the embedded model said nothing for 55 minutes. Each step now
-    prints a line when it starts, every cli.common.PLAIN_EVERY seconds and when it is done."""
+    prints a line when its first item is done, every cli.common.PLAIN_EVERY seconds and when it
+    is done; a rerun that skips the step prints none for it."""
     from sensegraph.cli import common
 
     monkeypatch.setattr(common, "PLAIN_EVERY", 0.0)  # every advance: the lines are then countable
@@ -500,11 +501,13 @@ def test_an_index_written_to_a_log_file_shows_its_progress_as_it_goes(tmp_path, 
     assert result.exit_code == 0, result.output
     units = len(read_table(tmp_path / "output", "text_units"))
     lines = [line for line in result.output.splitlines() if line.startswith("extract: ")]
-    assert lines[0] == f"extract: 0 of {units}"
+    assert lines[0].startswith(f"extract: 1 of {units} ")
     assert lines[-1].startswith(f"extract: {units} of {units} (100%), ")
-    assert len(lines) == units + 1  # one line per unit, each saying what is left until the last
-    assert all(" left" in line for line in lines[1:-1]) and " left" not in lines[-1]
+    assert len(lines) == units  # one line per unit, each saying what is left until the last
+    assert all(" left" in line for line in lines[:-1]) and " left" not in lines[-1]
     assert any(line.startswith("community reports: ") for line in result.output.splitlines())
+    again = CliRunner().invoke(cli_main, ["index", "--root", str(tmp_path)], env=_cli_env(server))
+    assert again.exit_code == 0 and "extract: " not in again.output  # nothing changed: skipped
 
 
 def test_the_index_summary_names_the_retries_and_where_to_read_the_rejected_answers(tmp_path, server):

@@ -54,8 +54,8 @@ def budget_overrides(budget_tokens: int | None, budget_cost: float | None) -> di
 
 # Where the output is not a terminal (a log file, CI, nohup), rich draws its bars only once,
 # when they are done: an hour-long index on a slow laptop said nothing until its end. There a
-# step prints a line when it starts, at most every PLAIN_EVERY seconds while it runs, and when
-# it is done.
+# step prints a line when its first item is done, at most every PLAIN_EVERY seconds while it
+# runs, and when it is done; a step skipped on a rerun (nothing it reads changed) prints none.
 PLAIN_EVERY = 30.0
 
 
@@ -66,16 +66,15 @@ def _duration(seconds: float) -> str:
 
 def plain_bar(description: str, total: int):
     """bar(description, total) -> advance(n) as plain progress lines."""
-    start = last = time.monotonic()
+    start = time.monotonic()
+    last: float | None = None
     done = 0
-    if total:  # (a step with nothing left to do, everything cached, says so in its own log line)
-        log(f"{description}: 0 of {total}")
 
     def advance(n: int = 1) -> None:
         nonlocal done, last
         done += n
         now = time.monotonic()
-        if done < total and now - last < PLAIN_EVERY:
+        if done < total and last is not None and now - last < PLAIN_EVERY:
             return
         last = now
         line = f"{description}: {done} of {total} ({done / max(total, 1):.0%}), {_duration(now - start)}"
