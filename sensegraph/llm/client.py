@@ -133,8 +133,9 @@ class ChatClient:
         self.extra_body = extra_body or {}
         self._http_client = http_client
         # Read every answer (but choose()'s one token) as a stream: `chat.timeout` then bounds
-        # the wait between tokens, not the whole answer. For the embedded server, where a long
-        # answer on a slow machine outlasted the timeout and the server was taken for down.
+        # the wait between tokens, not the whole answer. For the embedded server (and any slow
+        # one, chat.stream_replies), where a long answer on a slow machine outlasted the timeout
+        # and the server was taken for down.
         self.stream_replies = stream_replies
         self._mode = settings.structured_output if settings.structured_output != "auto" else "json_schema"
         self._auto = settings.structured_output == "auto"
