@@ -209,6 +209,12 @@ def plan_kills(reference: list[Request], kills: int, rng: random.Random, per_ste
     return sorted(plan, key=lambda step: where[step][len(where[step]) // 2])
 
 
+def _left(reference: list[Request], step: str | None, stored: set[str]) -> int:
+    """What a run still has to ask of `step`, given the answers `stored`: a kill aimed at the
+    step lands at one of those requests."""
+    return sum(1 for r in reference if r.step == step and not r.keys <= stored)
+
+
 def _wait_for(server: Any, run_start: int, step: str, count: int, proc: subprocess.Popen) -> None:
     """Until this run (whose first request was the server's request run_start + 1) has sent
     `count` requests of `step`, or has ended."""
@@ -245,13 +251,20 @@ def run_with_kills(root: Path, server: Any, env: dict[str, str], *, reference: l
     report = KillReport(reference_requests=len(reference))
     start = llm_requests(server)
     plan: list[str | None] = [None] * startup_kills + plan_kills(reference, kills, rng)
+    order = list(dict.fromkeys(step for step in plan if step is not None))  # the steps in the order they run
     log = root / "index.log"
     for n, aim in enumerate(plan):
         stored_before = cached_keys(root)
-        # What this run still has to ask of the aimed step: the kill lands at one of those requests.
-        left = sum(1 for r in reference if r.step == aim and not r.keys <= stored_before)
+        left = _left(reference, aim, stored_before)
         if aim is not None and left == 0:
-            continue  # the step is done (an earlier run got further than planned): nothing to aim at
+            # An earlier run got further than planned (a kill lands a little after its aim, and a
+            # step with few requests may finish meanwhile): aim at the next step with work left,
+            # or an earlier one, so every planned kill lands (CI once got 9 of 10).
+            at = order.index(aim)
+            ahead = [step for step in order[at + 1:] + order[:at] if _left(reference, step, stored_before)]
+            if not ahead:
+                continue  # every step is done: nothing to aim at
+            aim, left = ahead[0], _left(reference, ahead[0], stored_before)
         run_start = llm_requests(server)
         proc = start_index(root, env, log)
         report.runs += 1
@@ -259,7 +272,7 @@ def run_with_kills(root: Path, server: Any, env: dict[str, str], *, reference: l
             time.sleep(rng.uniform(0.1, 1.0))
         else:
             # Within the first share of what is left, so the step's later kills find work too.
-            share = max(1, left // plan[n:].count(aim))
+            share = max(1, left // max(1, plan[n:].count(aim)))
             _wait_for(server, run_start, aim, rng.randint(1, share), proc)
             time.sleep(rng.uniform(0, latency))
         if proc.poll() is not None:  # finished before the kill moment
