@@ -14,6 +14,8 @@ from pydantic import BaseModel, Field
 from mock_llm import start_mock_server
 from sensegraph.config import ChatSettings
 from sensegraph.llm import ChatClient, LLMError
+from sensegraph.llm.cache import Cache
+from sensegraph.tokens import count_tokens
 from sensegraph.llm.limits import RateLimiter, backoff_delay, parse_retry_after
 
 TEXT = ("Acme Corp announced on Monday that Jane Doe will lead its Berlin office. "
@@ -774,3 +776,62 @@ def test_rejected_answers_are_kept_and_shown_by_doctor(mock_server, tmp_path):
     assert shown.exit_code == 0, shown.output
     assert shown.output.count("extract · tu-7") == 2 and "empty answer" in shown.output
     assert "cut off in the middle of the JSON" in shown.output and "max_tokens" not in shown.output
+
+
+def _counting(start: int, count: int) -> str:
+    return ", ".join(str(n) for n in range(start, start + count))
+
+
+def test_a_run_is_numbers_counting_up_inside_a_string_only():
+    """What the guard stops (llm/runaway.py): the 1.5B's citation loop, and nothing a good model
+    writes: a short citation list, numbers that do not count, or a list of picked numbers that
+    happens to be all of them."""
+    from sensegraph.llm.runaway import RUN, counting_run
+
+    loop = json.dumps({"findings": [{"explanation": f"Acme grew [Data: Entities (101, 33, 34, 78, {_counting(112, 300)}"}]})
+    assert counting_run(loop).startswith("101, 33, 34, 78, 112, 113")
+    assert counting_run(json.dumps({"explanation": f"Counted {_counting(1, RUN)}."})) is not None
+    assert counting_run(json.dumps({"explanation": f"Counted {_counting(1, RUN - 1)}."})) is None
+    assert counting_run(json.dumps({"explanation": "[Data: Entities (3, 4, 5, 6, 7, +more)]"})) is None
+    assert counting_run(json.dumps({"explanation": ", ".join(str(n * 2) for n in range(60))})) is None
+    assert counting_run(json.dumps({"relevant": list(range(1, 60))})) is None  # a list, not text
+    escaped = json.dumps({"a": 'He said "stop" at ' + _counting(1, 25), "relevant": list(range(1, 40))})
+    assert counting_run(escaped) is not None
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_answer_that_starts_counting_is_stopped_and_asked_again_varied(mock_server, monkeypatch, tmp_path,
+                                                                            stream):
+    """The 1.5B now and then writes a citation list as a count (101, 102, 103, ...) until the
+    answer is cut off at max_tokens: every report the stop-49/50 indexes lost, ~8,000 tokens of
+    the reports step's ~13,500. Such an answer is rejected (its text kept for doctor --rejected)
+    and asked again varied, whether or not it ran to its end; read as a stream (the embedded
+    model), it is stopped as the count starts, so it costs a fraction of what it would write."""
+    clean = {"entities": [{"name": "Acme", "type": "organization", "description": "A firm."}],
+             "relationships": []}
+    runaway = {"entities": [{"name": "Acme", "type": "organization",
+                             "description": f"A firm [Data: Entities (101, 33, {_counting(112, 2000)})]."}],
+               "relationships": []}
+    seeds = []
+
+    def respond(body):
+        seeds.append(body.get("seed"))
+        return json.dumps(clean if body.get("seed") else runaway)
+
+    server = mock_server(responder=respond)
+    if stream:
+        client = _local_client(server, monkeypatch, tmp_path, max_retries=3)
+    else:
+        client = ChatClient(settings(server), cache=None)
+    client.cache = Cache(tmp_path / "cache.sqlite")
+    got = asyncio.run(_extract(client))
+    assert got.entities[0].description == "A firm."
+    assert seeds[0] is None and seeds[1] is not None and len(seeds) == 2  # one varied retry
+    rejected = client.cache.rejected(5)
+    assert len(rejected) == 1 and "started counting" in rejected[0]["reason"]
+    spent = client.usage.total().completion_tokens
+    if stream:
+        # stopped within the first of the stream's four pieces, counted as far as it went
+        assert spent < count_tokens(json.dumps(runaway)) / 2
+    else:
+        assert spent > len(json.dumps(runaway)) // 4  # read whole: billed whole (the mock's count)

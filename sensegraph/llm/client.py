@@ -27,6 +27,7 @@ from ..tokens import count_tokens
 from .cache import Cache, cache_key
 from .endpoints import REFUSALS, Endpoint, Endpoints, NoServer
 from .limits import backoff_delay
+from .runaway import TAIL, RunawayAnswer, counting_run
 from .transport import TRANSPORT_ERRORS, LLMError, Retryable, describe_error, open_client, transient
 from .usage import Usage
 
@@ -469,10 +470,15 @@ class ChatClient:
                         # Read inside the slot: the request is in flight until its last chunk.
                         chunks = await client.chat.completions.create(
                             **kwargs, stream=True, stream_options={"include_usage": True})
-                        content, finish, usage = await _read_stream(chunks, shown or _Shown(_unread))
-                except Retryable as fault:  # a reply without choices, a stream that differs
+                        content, finish, usage = await _read_stream(chunks, shown or _Shown(_unread),
+                                                                    watch=schema is not None)
+                except Retryable as fault:  # a reply without choices, a stream that differs, a runaway
                     self.endpoints.invalid(endpoint)
                     fault.endpoint = endpoint
+                    if isinstance(fault, RunawayAnswer):
+                        # billed as far as it went (the server's own count never came)
+                        fault.usage = (sum(count_tokens(m["content"]) for m in messages),
+                                       count_tokens(fault.reply or ""), 0)
                     raise
                 except (openai.OpenAIError, *TRANSPORT_ERRORS, json.JSONDecodeError) as exc:
                     if (fault := transient(exc, self._secrets)) is None:
@@ -520,6 +526,9 @@ class ChatClient:
             raise
         if not content.strip():
             raise self._rejected(endpoint, Retryable(f"empty answer (finish_reason={finish})", answer=content), usage)
+        if schema is not None and (run := counting_run(content)) is not None:
+            # (a streamed answer is stopped as the run starts, _read_stream; one read whole ends here)
+            raise self._rejected(endpoint, RunawayAnswer(run, content), usage)
         if schema is not None and finish == "length":
             # The model itself ran out of tokens: the identical request would run out again.
             raise self._rejected(endpoint, Retryable(
@@ -660,9 +669,11 @@ def option_probabilities(reply: Any, content: str, options: tuple[str, ...]) -> 
     return {}
 
 
-async def _read_stream(chunks: Any, shown: _Shown) -> tuple[str, str | None, Usage3]:
+async def _read_stream(chunks: Any, shown: _Shown, watch: bool = False) -> tuple[str, str | None, Usage3]:
     """Text, finish reason and token counts of a streamed reply, handing text on as it arrives.
-    A connection that drops mid-stream raises here (openai wraps it, or not: both are triaged)."""
+    A connection that drops mid-stream raises here (openai wraps it, or not: both are triaged).
+    `watch`: a structured answer, stopped (RunawayAnswer) once it starts counting (llm/runaway.py);
+    closing the stream makes a llama.cpp server stop writing it."""
     received, finish, usage = "", None, (0, 0, 0)
     try:
         async for chunk in chunks:
@@ -671,9 +682,12 @@ async def _read_stream(chunks: Any, shown: _Shown) -> tuple[str, str | None, Usa
             if chunk.choices:
                 choice = chunk.choices[0]
                 finish = choice.finish_reason or finish
-                if choice.delta is not None and choice.delta.content:
-                    received += choice.delta.content
-                    shown.receive(received, len(choice.delta.content))
+                if choice.delta is not None and (delta := choice.delta.content):
+                    received += delta
+                    shown.receive(received, len(delta))
+                    if watch and any(c.isdigit() for c in delta) and (
+                            run := counting_run(received, len(received) - len(delta) - TAIL)) is not None:
+                        raise RunawayAnswer(run, received)
     finally:
         await chunks.close()  # also when `shown` stops a retry that went another way
     shown.finished(received)
