@@ -255,16 +255,17 @@ def run_with_kills(root: Path, server: Any, env: dict[str, str], *, reference: l
     log = root / "index.log"
     for n, aim in enumerate(plan):
         stored_before = cached_keys(root)
-        left = _left(reference, aim, stored_before)
-        if aim is not None and left == 0:
+        left_of = {step: _left(reference, step, stored_before) for step in order}
+        if aim is not None and left_of[aim] == 0:
             # An earlier run got further than planned (a kill lands a little after its aim, and a
             # step with few requests may finish meanwhile): aim at the next step with work left,
             # or an earlier one, so every planned kill lands (CI once got 9 of 10).
             at = order.index(aim)
-            ahead = [step for step in order[at + 1:] + order[:at] if _left(reference, step, stored_before)]
+            ahead = [step for step in order[at + 1:] + order[:at] if left_of[step]]
             if not ahead:
                 continue  # every step is done: nothing to aim at
-            aim, left = ahead[0], _left(reference, ahead[0], stored_before)
+            aim = ahead[0]
+        left = left_of.get(aim, 0)
         run_start = llm_requests(server)
         proc = start_index(root, env, log)
         report.runs += 1

@@ -13,6 +13,7 @@ import copy
 import functools
 import json
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -327,7 +328,7 @@ class ChatClient:
 
         purpose = self._purpose(step, item)
         limited = any(e.limiter.enabled for e in self.endpoints.all)
-        estimate = sum(count_tokens(m["content"]) for m in messages) + max_tokens if limited else 0
+        estimate = _prompt_tokens(messages) + max_tokens if limited else 0
         attempts = self.settings.max_retries + 1
         shown = _Shown(on_token) if on_token is not None else None
         last = ""
@@ -354,7 +355,7 @@ class ChatClient:
                                                                vary, step, item, shown, estimate, failed_on, options,
                                                                after_500=again_500)
                 # Tokens of a rejected answer are billed too; `calls` counts only answers we keep.
-                self.usage.add_chat(step, usage[0] or sum(count_tokens(m["content"]) for m in messages),
+                self.usage.add_chat(step, usage[0] or _prompt_tokens(messages),
                                     usage[1] or count_tokens(content), usage[2])
                 if schema is not None:
                     try:
@@ -477,8 +478,7 @@ class ChatClient:
                     fault.endpoint = endpoint
                     if isinstance(fault, RunawayAnswer):
                         # billed as far as it went (the server's own count never came)
-                        fault.usage = (sum(count_tokens(m["content"]) for m in messages),
-                                       count_tokens(fault.reply or ""), 0)
+                        fault.usage = (_prompt_tokens(messages), count_tokens(fault.reply or ""), 0)
                     raise
                 except (openai.OpenAIError, *TRANSPORT_ERRORS, json.JSONDecodeError) as exc:
                     if (fault := transient(exc, self._secrets)) is None:
@@ -618,6 +618,14 @@ class _Refused(Retryable):
         self.endpoint = endpoint
 
 
+def _prompt_tokens(messages: Messages) -> int:
+    """Our count of a request's prompt, where the server's is missing or not yet known."""
+    return sum(count_tokens(m["content"]) for m in messages)
+
+
+_DIGIT = re.compile(r"\d")  # a streamed piece that can continue a count (llm/runaway.py)
+
+
 def _with_hint(messages: Messages, hint: str) -> Messages:
     out = [dict(m) for m in messages]
     if out and out[0]["role"] == "system":
@@ -685,7 +693,7 @@ async def _read_stream(chunks: Any, shown: _Shown, watch: bool = False) -> tuple
                 if choice.delta is not None and (delta := choice.delta.content):
                     received += delta
                     shown.receive(received, len(delta))
-                    if watch and any(c.isdigit() for c in delta) and (
+                    if watch and _DIGIT.search(delta) and (
                             run := counting_run(received, len(received) - len(delta) - TAIL)) is not None:
                         raise RunawayAnswer(run, received)
     finally:
